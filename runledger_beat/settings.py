@@ -1,0 +1,101 @@
+"""The Celery settings runledger_beat reads, with their defaults.
+
+| setting | default | meaning |
+|---|---|---|
+| runledger_dsn | env RUNLEDGER_DSN | libpq DSN or URL of the Postgres holding the schedules |
+| runledger_schema | "runledger" | schema of the tables |
+| runledger_batch_size | 1000 | schedules claimed per transaction |
+| runledger_auto_migrate | True | apply migrations when beat starts |
+| runledger_listen | True | wake on LISTEN/NOTIFY; False polls (PgBouncer transaction mode) |
+| runledger_poll_interval | 1.0 | seconds between polls when not listening |
+| runledger_recovery_grace | 30.0 | seconds a ledger row may stay unpublished before the sweep republishes it |
+| runledger_defer_seconds | 30.0 | how far a schedule that failed to materialize is pushed out |
+| runledger_send_sent_events | True | send task-sent events (Flower lists fires at once) |
+| runledger_import_beat_schedule | True | import app.conf.beat_schedule into the table at start |
+| runledger_lost_after | 3600.0 | seconds a started run may go without finishing before it is marked lost (when it has no time_limit) |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .db import DEFAULT_SCHEMA, ConfigError, check_schema_name
+
+_DEFAULTS: dict[str, Any] = {
+    "runledger_schema": DEFAULT_SCHEMA,
+    "runledger_batch_size": 1000,
+    "runledger_auto_migrate": True,
+    "runledger_listen": True,
+    "runledger_poll_interval": 1.0,
+    "runledger_recovery_grace": 30.0,
+    "runledger_defer_seconds": 30.0,
+    "runledger_send_sent_events": True,
+    "runledger_import_beat_schedule": True,
+    "runledger_lost_after": 3600.0,
+    # Test-only fault point: "after_commit" makes beat exit between commit and publish.
+    "runledger_fault_point": None,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved runledger settings of one Celery app."""
+
+    dsn: str
+    schema: str
+    batch_size: int
+    auto_migrate: bool
+    listen: bool
+    poll_interval: float
+    recovery_grace: float
+    defer_seconds: float
+    send_sent_events: bool
+    import_beat_schedule: bool
+    lost_after: float
+    fault_point: str | None
+
+
+def _get(conf: Any, key: str) -> Any:
+    value = conf.get(key) if hasattr(conf, "get") else None
+    if value is None:
+        value = conf.get(key.upper()) if hasattr(conf, "get") else None
+    return _DEFAULTS.get(key) if value is None else value
+
+
+def _number(conf: Any, key: str, kind: type, minimum: float) -> Any:
+    value = _get(conf, key)
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+    if number < minimum:
+        raise ConfigError(f"{key}: must be at least {minimum}, got {value!r}")
+    return number
+
+
+def dsn_from(conf: Any) -> str | None:
+    """The DSN from runledger_dsn, else the RUNLEDGER_DSN environment variable."""
+    return conf.get("runledger_dsn") or conf.get("RUNLEDGER_DSN") or os.environ.get("RUNLEDGER_DSN") or None
+
+
+def load(conf: Any) -> Settings:
+    """Read and check the settings; raises ConfigError naming the bad one."""
+    dsn = dsn_from(conf)
+    if not dsn:
+        raise ConfigError("runledger_dsn: not set (set app.conf.runledger_dsn or the RUNLEDGER_DSN environment variable)")
+    return Settings(
+        dsn=dsn,
+        schema=check_schema_name(_get(conf, "runledger_schema")),
+        batch_size=_number(conf, "runledger_batch_size", int, 1),
+        auto_migrate=bool(_get(conf, "runledger_auto_migrate")),
+        listen=bool(_get(conf, "runledger_listen")),
+        poll_interval=_number(conf, "runledger_poll_interval", float, 0.05),
+        recovery_grace=_number(conf, "runledger_recovery_grace", float, 0),
+        defer_seconds=_number(conf, "runledger_defer_seconds", float, 0),
+        send_sent_events=bool(_get(conf, "runledger_send_sent_events")),
+        import_beat_schedule=bool(_get(conf, "runledger_import_beat_schedule")),
+        lost_after=_number(conf, "runledger_lost_after", float, 1),
+        fault_point=_get(conf, "runledger_fault_point"),
+    )

@@ -1,0 +1,47 @@
+"""Shared fixtures: a fresh runledger schema per test on a real Postgres, real brokers."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from runledger_beat.db import connect, migrate
+
+from .services import find_amqp, find_postgres, find_redis
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> str:
+    return find_postgres()
+
+
+@pytest.fixture
+def schema(pg_dsn: str):
+    """A migrated schema of its own for each test, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with connect(pg_dsn, "public", autocommit=False) as conn:
+        migrate(conn, name)
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def db(pg_dsn: str, schema: str):
+    """An autocommit connection whose search_path is the test schema."""
+    conn = connect(pg_dsn, schema, autocommit=True)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    return find_amqp()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return find_redis()

