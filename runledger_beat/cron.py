@@ -303,7 +303,7 @@ class Cron:
             return None
 
     def _search(self, ts: int, t: datetime) -> datetime | None:
-        """next_after on whole Unix seconds `ts` (t is the original instant)."""
+        """next_after on whole Unix seconds `ts` (`t` is the same instant, for its wall time)."""
         if self.wall_clock and not self.fixed:
             return self._next_wall_clock(t.astimezone(self.tz).replace(tzinfo=None), ts)
         # Fast path: wall time = UTC + constant offset around the whole search.

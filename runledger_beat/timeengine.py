@@ -77,8 +77,10 @@ class Timing:
                 raise ScheduleError("cron", "missing cron expression")
             compile_cron(self.cron, self.timezone, self.day_and)
         elif self.kind == "interval":
-            if self.every is None or isinstance(self.every, bool):
+            if self.every is None:
                 raise ScheduleError("every", "missing interval")
+            if isinstance(self.every, bool) or not isinstance(self.every, (int, float)):
+                raise ScheduleError("every", f"must be a number of seconds, got {self.every!r}")
             if not self.every >= 1:
                 raise ScheduleError("every", f"must be at least 1 second, got {self.every}")
         elif self.at is None:
@@ -93,6 +95,8 @@ class Timing:
             )
         if self.misfire not in MISFIRE_POLICIES:
             raise ScheduleError("misfire", f"unknown policy {self.misfire!r}; expected fire_once or skip")
+        if self.grace is not None and (isinstance(self.grace, bool) or not isinstance(self.grace, (int, float))):
+            raise ScheduleError("grace", f"must be a number of seconds, got {self.grace!r}")
         if self.grace is not None and not self.grace >= 0:
             raise ScheduleError("grace", f"must be at least 0 seconds, got {self.grace}")
         return self

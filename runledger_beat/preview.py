@@ -1,0 +1,101 @@
+"""`runledger-beat preview`: show the next fires of a cron / interval / one-off timing.
+
+Mountable as a subcommand (add_preview_arguments + run_preview) or run on its
+own through preview_command(argv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from datetime import datetime, timezone
+
+from .cron import zone
+from .timeengine import ScheduleError, Timing, fire_times, format_rfc3339, parse_duration
+
+UTC = timezone.utc
+
+
+def add_preview_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the preview options on `parser` (a subcommand parser or a fresh one)."""
+    form = parser.add_mutually_exclusive_group(required=True)
+    form.add_argument("--cron", metavar="EXPR", help="cron expression (5 or 6 fields, or @nickname)")
+    form.add_argument("--every", metavar="DURATION", help="interval, e.g. 30s, 5m, 1h30m or seconds")
+    form.add_argument("--at", metavar="ISO", help="one-off instant (ISO 8601; naive means --tz)")
+    parser.add_argument("--tz", default="UTC", metavar="NAME", help="IANA time zone (default UTC)")
+    parser.add_argument("--after", metavar="ISO", help="list fires after this instant (default now)")
+    parser.add_argument("--count", type=int, default=10, metavar="N", help="how many fires (default 10)")
+    parser.add_argument("--jitter", type=int, default=0, metavar="S", help="max jitter in seconds")
+    parser.add_argument("--id", default=str(uuid.UUID(int=0)), metavar="UUID", help="schedule id (jitter seed)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list of RFC 3339 UTC times")
+
+
+def _instant(field: str, text: str, tz_name: str) -> datetime:
+    """Parse ISO text; a naive value is read in the preview's time zone."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ScheduleError(field, f"invalid ISO 8601 time {text!r}") from None
+    return value if value.utcoffset() is not None else value.replace(tzinfo=zone(tz_name))
+
+
+def _timing(args: argparse.Namespace) -> Timing:
+    """Build and validate the Timing the options describe."""
+    if args.cron is not None:
+        timing = Timing("cron", cron=args.cron, timezone=args.tz, max_jitter=args.jitter)
+    elif args.every is not None:
+        timing = Timing("interval", every=parse_duration(args.every), timezone=args.tz, max_jitter=args.jitter)
+    else:
+        timing = Timing("once", at=_instant("at", args.at, args.tz), timezone=args.tz)
+    return timing.validate()
+
+
+def _table(fires: list[datetime], tz_name: str) -> str:
+    """Readable table: #, UTC, local time with offset and abbreviation."""
+    tz = zone(tz_name)
+    rows = [("#", "UTC", f"local ({tz_name})")]
+    for i, fire in enumerate(fires, 1):
+        local = fire.astimezone(tz)
+        name = local.tzname() or ""
+        abbreviation = "" if name[:1] in "+-" else f" {name}"  # zones without one name it "+1030"
+        rows.append((str(i), format_rfc3339(fire), f"{local:%Y-%m-%d %H:%M:%S} {local:%z}{abbreviation}"))
+    widths = [max(len(row[c]) for row in rows) for c in range(3)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def run_preview(args: argparse.Namespace) -> int:
+    """Print the fires for parsed `args`; 0 on success, 2 on invalid input."""
+    try:
+        if args.count < 1:
+            raise ScheduleError("count", f"must be at least 1, got {args.count}")
+        try:
+            schedule_id = uuid.UUID(args.id)
+        except ValueError:
+            raise ScheduleError("id", f"invalid UUID {args.id!r}") from None
+        timing = _timing(args)
+        after = _instant("after", args.after, args.tz) if args.after else datetime.now(UTC)
+        if timing.kind == "once":  # a one-off is shown even if `after` is later
+            fires = [timing.at.astimezone(UTC)] if timing.at else []
+        else:
+            fires = fire_times(timing, after, schedule_id, args.count)
+    except ScheduleError as error:
+        print(f"error: {error.field}: {error.reason}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([format_rfc3339(f) for f in fires]))
+    else:
+        print(_table(fires, args.tz))
+    return 0
+
+
+def preview_command(argv: list[str] | None = None) -> int:
+    """Stand-alone entry: parse argv and run the preview."""
+    parser = argparse.ArgumentParser(prog="runledger-beat preview", description="Show the next fires of a schedule.")
+    add_preview_arguments(parser)
+    return run_preview(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(preview_command())
