@@ -109,3 +109,94 @@ SELECT id, job_type, payload, options, schedule_id, schedule_name, scheduled_for
  ORDER BY created_at
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
+
+-- api_db_now --
+-- The database clock, which judges due-ness; API cursors are computed from it.
+SELECT now() AS now;
+
+-- api_get_schedule --
+-- One schedule by name.
+SELECT * FROM job_schedules WHERE name = %(name)s;
+
+-- api_lock_schedule --
+-- One schedule by name, locked for a read-modify-write.
+SELECT * FROM job_schedules WHERE name = %(name)s FOR UPDATE;
+
+-- api_insert_schedule --
+-- Create a schedule (API, CLI or config import).
+INSERT INTO job_schedules (id, name, job_type, organization_id, payload_template, kind,
+                           cron_expr, cron_day_and, interval_seconds, run_at, anchor_at,
+                           timezone, is_active, next_fire_at, max_jitter_seconds, options,
+                           misfire_policy, misfire_grace_seconds, overlap_policy,
+                           start_at, end_at, source)
+VALUES (%(id)s, %(name)s, %(job_type)s, %(organization_id)s, %(payload_template)s, %(kind)s,
+        %(cron_expr)s, %(cron_day_and)s, %(interval_seconds)s, %(run_at)s, %(anchor_at)s,
+        %(timezone)s, %(is_active)s, %(next_fire_at)s, %(max_jitter_seconds)s, %(options)s,
+        %(misfire_policy)s, %(misfire_grace_seconds)s, %(overlap_policy)s,
+        %(start_at)s, %(end_at)s, %(source)s)
+RETURNING *;
+
+-- api_update_schedule --
+-- Replace a schedule's definition and cursor.
+UPDATE job_schedules
+   SET job_type = %(job_type)s, organization_id = %(organization_id)s,
+       payload_template = %(payload_template)s, kind = %(kind)s, cron_expr = %(cron_expr)s,
+       cron_day_and = %(cron_day_and)s, interval_seconds = %(interval_seconds)s,
+       run_at = %(run_at)s, anchor_at = %(anchor_at)s, timezone = %(timezone)s,
+       is_active = %(is_active)s, next_fire_at = %(next_fire_at)s,
+       max_jitter_seconds = %(max_jitter_seconds)s, options = %(options)s,
+       misfire_policy = %(misfire_policy)s, misfire_grace_seconds = %(misfire_grace_seconds)s,
+       overlap_policy = %(overlap_policy)s, start_at = %(start_at)s, end_at = %(end_at)s,
+       source = %(source)s, updated_at = now()
+ WHERE id = %(id)s
+RETURNING *;
+
+-- api_list_schedules --
+-- Schedules by name, optionally filtered by task, organization and active flag.
+SELECT * FROM job_schedules
+ WHERE (%(task)s::text IS NULL OR job_type = %(task)s::text)
+   AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s::uuid)
+   AND (%(active)s::boolean IS NULL OR is_active = %(active)s::boolean)
+ ORDER BY name;
+
+-- api_set_active --
+-- Pause or resume a schedule, setting its cursor.
+UPDATE job_schedules
+   SET is_active = %(active)s, next_fire_at = %(next_fire_at)s, updated_at = now()
+ WHERE id = %(id)s
+RETURNING *;
+
+-- api_delete_schedule --
+-- Remove a schedule; its ledger rows keep their history (schedule_id set to NULL).
+DELETE FROM job_schedules WHERE name = %(name)s RETURNING id;
+
+-- api_insert_manual_job --
+-- A manual trigger: a pending ledger row the beats' recovery sweep publishes at once.
+INSERT INTO jobs (id, schedule_id, schedule_name, scheduled_for, job_type,
+                  organization_id, payload, options, stage, status)
+VALUES (%(id)s, %(schedule_id)s, %(schedule_name)s, %(scheduled_for)s, %(job_type)s,
+        %(organization_id)s, %(payload)s, %(options)s, 'manual', 'pending')
+RETURNING *;
+
+-- api_notify_schedules --
+-- Wake the running beats (a manual trigger does not touch job_schedules).
+SELECT pg_notify('runledger_schedules', '');
+
+-- api_history --
+-- The latest ledger rows of a schedule, newest first, optionally of one status.
+SELECT * FROM jobs
+ WHERE schedule_name = %(name)s
+   AND (%(status)s::text IS NULL OR status = %(status)s::text)
+ ORDER BY created_at DESC, scheduled_for DESC NULLS LAST
+ LIMIT %(limit)s;
+
+-- api_config_schedules --
+-- Every schedule imported from a Celery beat_schedule.
+SELECT * FROM job_schedules WHERE source = 'config' ORDER BY name;
+
+-- api_deactivate_config --
+-- Deactivate config-imported schedules no longer in the beat_schedule.
+UPDATE job_schedules
+   SET is_active = false, next_fire_at = NULL, updated_at = now()
+ WHERE id = ANY(%(ids)s::uuid[]) AND source = 'config' AND is_active
+RETURNING name;
