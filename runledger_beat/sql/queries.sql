@@ -200,3 +200,79 @@ UPDATE job_schedules
    SET is_active = false, next_fire_at = NULL, updated_at = now()
  WHERE id = ANY(%(ids)s::uuid[]) AND source = 'config' AND is_active
 RETURNING name;
+
+-- worker_claim_job --
+-- A worker starts a run: atomically move a not-yet-started ledger row to started (the duplicate guard).
+UPDATE jobs
+   SET status = 'started', started_at = now(), worker = %(worker)s,
+       retries = GREATEST(retries, %(retries)s), finished_at = NULL
+ WHERE id = %(id)s AND status IN ('pending', 'sent', 'retry')
+RETURNING id;
+
+-- worker_count_duplicate --
+-- A delivery of a run already started or finished: count it; no row returned means no ledger row.
+UPDATE jobs
+   SET duplicates = duplicates + 1
+ WHERE id = %(id)s
+RETURNING status;
+
+-- worker_mark_retry --
+-- A run asked to retry: count it and keep the reason, unless the retried attempt already started or it finished.
+UPDATE jobs
+   SET status = CASE WHEN retries < %(retries)s THEN 'retry' ELSE status END,
+       retries = GREATEST(retries, %(retries)s),
+       last_error = %(error)s
+ WHERE id = %(id)s AND status IN ('pending', 'sent', 'started', 'retry');
+
+-- worker_mark_success --
+-- A run finished successfully (a retry's reason stays in last_error).
+UPDATE jobs
+   SET status = 'success', finished_at = now()
+ WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
+
+-- worker_mark_failure --
+-- A run failed: keep the exception type and message.
+UPDATE jobs
+   SET status = 'failure', finished_at = now(), last_error = %(error)s
+ WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
+
+-- worker_mark_revoked --
+-- A run was revoked (or expired) before or while running.
+UPDATE jobs
+   SET status = 'revoked', finished_at = now(), last_error = coalesce(%(error)s, last_error)
+ WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
+
+-- mark_lost_runs --
+-- Started runs older than their time_limit option (else %(default_bound)s seconds) become lost.
+UPDATE jobs
+   SET status = 'lost', finished_at = now(),
+       last_error = coalesce(last_error, 'runledger: no finish reported in time; marked lost')
+ WHERE status = 'started'
+   AND started_at < now() - make_interval(secs => coalesce(
+           CASE WHEN options->>'time_limit' ~ '^[0-9]+(\.[0-9]+)?$' THEN (options->>'time_limit')::float8 END,
+           %(default_bound)s::float8))
+RETURNING id;
+
+-- job_stats --
+-- Per schedule: counts by status and lag percentiles (seconds) from scheduled_for to sent_at and started_at.
+WITH j AS (
+    SELECT schedule_name, status, scheduled_for, sent_at, started_at
+      FROM jobs
+     WHERE (%(name)s::text IS NULL OR schedule_name = %(name)s::text)
+       AND (%(since)s::float8 IS NULL
+            OR coalesce(scheduled_for, created_at) >= now() - make_interval(secs => %(since)s::float8))
+), c AS (
+    SELECT schedule_name, jsonb_object_agg(status, n) AS counts
+      FROM (SELECT schedule_name, status, count(*) AS n FROM j GROUP BY schedule_name, status) x
+     GROUP BY schedule_name
+)
+SELECT j.schedule_name AS name, count(*) AS total, c.counts,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_p99,
+       max(extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_max,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_p99,
+       max(extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_max
+  FROM j LEFT JOIN c ON c.schedule_name IS NOT DISTINCT FROM j.schedule_name
+ GROUP BY j.schedule_name, c.counts
+ ORDER BY j.schedule_name NULLS LAST;

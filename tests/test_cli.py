@@ -1,0 +1,98 @@
+"""The runledger-beat command line, run in-process against a real Postgres."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runledger_beat import cli
+
+
+def run(capsys, pg_dsn, schema, *argv):
+    code = cli.main(["--dsn", pg_dsn, "--schema", schema, *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def count(db):
+    return db.execute("SELECT count(*) AS n FROM job_schedules").fetchone()["n"]
+
+
+def test_round_trip(capsys, pg_dsn, schema, db):
+    code, out, err = run(capsys, pg_dsn, schema, "add", "r1", "--task", "t.report", "--cron", "*/5 * * * *",
+                         "--args", "[1, 2]", "--kwargs", '{"a": 1}', "--queue", "q1", "--expires", "60",
+                         "--json")
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["name"] == "r1" and row["args"] == [1, 2] and row["options"] == {"queue": "q1", "expires": 60.0}
+    assert row["next_fire_at"].endswith("Z")
+    assert run(capsys, pg_dsn, schema, "add", "r2", "--task", "t.x", "--every", "90s")[0] == 0
+    code, out, _ = run(capsys, pg_dsn, schema, "list", "--json")
+    assert [r["name"] for r in json.loads(out)] == ["r1", "r2"]
+    code, out, _ = run(capsys, pg_dsn, schema, "update", "r2", "--every", "2m", "--json")
+    assert code == 0 and json.loads(out)["every"] == 120.0
+    code, out, _ = run(capsys, pg_dsn, schema, "show", "r1", "--json")
+    shown = json.loads(out)
+    assert set(shown) == {"schedule", "next_fires", "history"} and len(shown["next_fires"]) == 5
+    code, out, _ = run(capsys, pg_dsn, schema, "pause", "r1", "--json")
+    assert json.loads(out)["active"] is False and json.loads(out)["next_fire_at"] is None
+    code, out, _ = run(capsys, pg_dsn, schema, "resume", "r1", "--json")
+    assert json.loads(out)["active"] is True
+    code, out, _ = run(capsys, pg_dsn, schema, "trigger", "r1", "--json")
+    job = json.loads(out)
+    assert code == 0 and job["stage"] == "manual" and job["status"] == "pending"
+    assert job["payload"]["_schedule"]["schedule_name"] == "r1" and job["options"]["queue"] == "q1"
+    code, out, _ = run(capsys, pg_dsn, schema, "history", "r1", "--json")
+    assert [j["id"] for j in json.loads(out)] == [job["id"]]
+    assert run(capsys, pg_dsn, schema, "history", "r1", "--status", "success", "--json")[1].strip() == "[]"
+    code, out, _ = run(capsys, pg_dsn, schema, "remove", "r2", "--json")
+    assert json.loads(out) == {"removed": "r2"} and count(db) == 1
+    code, out, _ = run(capsys, pg_dsn, schema, "migrate", "--json")
+    assert code == 0 and json.loads(out) == {"applied": []}
+    assert run(capsys, pg_dsn, schema, "list")[0] == 0
+
+
+BAD = [
+    (["--cron", "61 * * * *"], "cron"),
+    (["--cron", "* * * * *", "--tz", "Mars/Base"], "timezone"),
+    (["--cron", "* * * * *", "--args", "[1,"], "args"),
+    (["--cron", "* * * * *", "--args", '{"a": 1}'], "args"),
+    (["--cron", "* * * * *", "--kwargs", "[1]"], "kwargs"),
+    (["--cron", "* * * * *", "--misfire", "replay"], "misfire"),
+    (["--every", "0"], "every"),
+    (["--every", "-5"], "every"),
+]
+
+
+@pytest.mark.parametrize("extra,field", BAD)
+def test_bad_input(capsys, pg_dsn, schema, db, extra, field):
+    code, out, err = run(capsys, pg_dsn, schema, "add", "bad", "--task", "t.x", *extra)
+    assert code == 2 and f"error: {field}:" in err
+    assert count(db) == 0
+
+
+def test_bad_names_and_duplicates(capsys, pg_dsn, schema, db):
+    code, _, err = run(capsys, pg_dsn, schema, "add", " spaced ", "--task", "t.x", "--every", "5s")
+    assert code == 2 and "error: name:" in err
+    code, _, err = run(capsys, pg_dsn, schema, "add", "x", "--task", "", "--every", "5s")
+    assert code == 2 and "error: task:" in err
+    assert count(db) == 0
+    assert run(capsys, pg_dsn, schema, "add", "x", "--task", "t.x", "--every", "5s")[0] == 0
+    code, _, err = run(capsys, pg_dsn, schema, "add", "x", "--task", "t.y", "--every", "5s")
+    assert code == 2 and "error: name:" in err and "use update" in err
+    assert count(db) == 1
+
+
+def test_unreachable_database_hides_password(capsys):
+    code = cli.main(["--dsn", "postgresql://u:sekrit@127.0.0.1:1/db", "list"])
+    _, err = capsys.readouterr()
+    assert code == 1 and "sekrit" not in err and err.startswith("error:")
+
+
+def test_missing_plugin_command_exits_1(capsys):
+    import importlib.util
+    if importlib.util.find_spec("runledger_beat.stats") is not None:
+        pytest.skip("runledger_beat.stats exists now")
+    assert cli.main(["stats"]) == 1
+    assert "error: stats:" in capsys.readouterr().err
