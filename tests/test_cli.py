@@ -88,11 +88,3 @@ def test_unreachable_database_hides_password(capsys):
     code = cli.main(["--dsn", "postgresql://u:sekrit@127.0.0.1:1/db", "list"])
     _, err = capsys.readouterr()
     assert code == 1 and "sekrit" not in err and err.startswith("error:")
-
-
-def test_missing_plugin_command_exits_1(capsys):
-    import importlib.util
-    if importlib.util.find_spec("runledger_beat.stats") is not None:
-        pytest.skip("runledger_beat.stats exists now")
-    assert cli.main(["stats"]) == 1
-    assert "error: stats:" in capsys.readouterr().err

@@ -10,6 +10,7 @@ app = Celery("proj", broker=os.environ.get("BROKER_URL", "amqp://guest:guest@127
 app.conf.update(
     timezone="Europe/Berlin",
     runledger_dsn=os.environ.get("RUNLEDGER_DSN", "postgresql://postgres@127.0.0.1:5432/test"),
+    runledger_schema=os.environ.get("RUNLEDGER_SCHEMA", "runledger"),
     beat_schedule={
         "nightly-report": {
             "task": "proj.report",
@@ -19,12 +20,15 @@ app.conf.update(
         },
         "heartbeat": {
             "task": "proj.ping",
-            "schedule": timedelta(seconds=30),
+            "schedule": timedelta(seconds=float(os.environ.get("PROJ_HEARTBEAT_SECONDS", "30"))),
             "options": {"expires": 25},
         },
         "cleanup": {"task": "proj.cleanup", "schedule": 300.0, "kwargs": {"older_than_days": 7}},
     },
 )
+# The tests shorten the heartbeat and drop entries to show removal; a real project has no need.
+for _name in filter(None, os.environ.get("PROJ_WITHOUT", "").split(",")):
+    app.conf.beat_schedule.pop(_name, None)
 
 
 @app.task(name="proj.report")
