@@ -24,6 +24,7 @@ from .db import ConfigError, connect, migrate, redact_dsn, safe_error, schema_re
 from .dispatch import Dispatcher, PublishError
 from .materialize import Fire, run_pass
 from .settings import Settings, dsn_from, load
+from .worker import mark_lost_runs
 
 log = logging.getLogger("runledger_beat.scheduler")
 
@@ -247,6 +248,8 @@ class Scheduler(beat.Scheduler):
         if sent:
             for fire_id in sent:
                 self._backlog.pop(fire_id, None)
+            if self.settings and self.settings.fault_point == "after_publish":
+                os.kill(os.getpid(), signal.SIGKILL)
             with self._conn.transaction():
                 self._conn.execute(queries.mark_sent, {"ids": sent})
             log.info("runledger: sent %d fire(s)%s", len(sent),
@@ -273,6 +276,8 @@ class Scheduler(beat.Scheduler):
         """Republish ledger rows left pending past the grace (a crashed beat, a failed publish)."""
         assert self.settings is not None
         self._next_sweep = time.monotonic() + max(1.0, min(self.settings.recovery_grace / 2, 10.0))
+        with self._conn.transaction():
+            mark_lost_runs(self._conn, self.settings.lost_after)
         if self._broker_backoff.active:
             return
         with self._conn.transaction():

@@ -34,7 +34,7 @@ _DEFAULTS: dict[str, Any] = {
     "runledger_send_sent_events": True,
     "runledger_import_beat_schedule": True,
     "runledger_lost_after": 3600.0,
-    # Test-only fault point: "after_commit" makes beat exit between commit and publish.
+    # Test-only fault point: "after_commit" / "after_publish" SIGKILL beat there.
     "runledger_fault_point": None,
 }
 

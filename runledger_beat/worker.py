@@ -1,0 +1,271 @@
+"""Worker side of the run ledger: keep each ``jobs`` row current as its task runs.
+
+Enable with one line in the Celery app module::
+
+    runledger_beat.install(app)
+
+Only messages carrying the ``runledger_id`` header (those beat publishes) are
+tracked; every event is one cheap UPDATE on one connection per worker process,
+opened lazily (after fork) and reopened after an error. A database problem is
+logged and never fails the task.
+
+Duplicate guard: a task class's ``__call__`` is wrapped so that, before the body
+runs, the ledger row is claimed atomically (pending/sent/retry -> started). A
+delivery whose row is already started or finished skips the body and is counted
+in ``duplicates``. The wrapper is installed at app finalize and again in
+``worker_init``/``celeryd_init`` (before prefork builds its tracers: the tracer
+calls ``task(...)`` only when the class has a custom ``__call__``), and tracers
+are rebuilt in ``worker_process_init`` for tasks registered late.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+import psycopg
+
+from . import queries
+from .db import DEFAULT_SCHEMA, connect, safe_error
+from .payload import LEDGER_HEADER
+from .settings import dsn_from
+
+log = logging.getLogger("runledger_beat.worker")
+
+ERROR_LIMIT = 1000
+_WRAPPED = "_runledger_wrapped"
+_DUPLICATE = "_runledger_duplicate"
+
+
+class _Ledger:
+    """One lazily opened autocommit connection per process."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.conn: psycopg.Connection | None = None
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self._inherited: list[Any] = []  # connections of the parent, never closed here
+
+    def reset_after_fork(self) -> None:
+        # The parent's socket must not be closed (that would end its session), so keep
+        # a reference and forget it.
+        if self.conn is not None:
+            self._inherited.append(self.conn)
+        self.conn = None
+        self.pid = os.getpid()
+
+    def _connection(self) -> psycopg.Connection | None:
+        if self.pid != os.getpid():
+            self.reset_after_fork()
+        if self.conn is not None and not self.conn.closed:
+            return self.conn
+        conf = self.app.conf
+        dsn = dsn_from(conf)
+        if not dsn:
+            return None
+        schema = conf.get("runledger_schema") or DEFAULT_SCHEMA
+        self.conn = connect(dsn, schema, autocommit=True, application_name="runledger_worker")
+        return self.conn
+
+    def execute(self, statement: str, params: dict[str, Any], fetch: bool = False) -> Any:
+        """Run one statement; on error log, drop the connection and return None (or raise if fetch)."""
+        with self.lock:
+            try:
+                conn = self._connection()
+                if conn is None:
+                    return None
+                cur = conn.execute(statement, params)
+                return cur.fetchone() if fetch else cur.rowcount
+            except Exception as exc:
+                log.warning("runledger: ledger update failed (the task is unaffected): %s",
+                            safe_error(exc, dsn_from(self.app.conf)))
+                self._drop()
+                raise _LedgerUnavailable() from exc
+
+    def _drop(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+
+class _LedgerUnavailable(Exception):
+    pass
+
+
+def _ledger_id(request: Any) -> str | None:
+    if request is None:
+        return None
+    value = getattr(request, LEDGER_HEADER, None)
+    if not value:
+        headers = getattr(request, "headers", None) or {}
+        value = headers.get(LEDGER_HEADER) if isinstance(headers, dict) else None
+    return str(value) if value else None
+
+
+def _error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text[:ERROR_LIMIT]
+
+
+def _update(ledger: _Ledger, statement: str, params: dict[str, Any]) -> None:
+    try:
+        ledger.execute(statement, params)
+    except _LedgerUnavailable:
+        pass
+
+
+def claim(ledger: _Ledger, ledger_id: str, worker: str | None, retries: int) -> bool:
+    """Claim the row for this delivery; False only when it is a duplicate to suppress."""
+    params = {"id": ledger_id, "worker": worker, "retries": int(retries or 0)}
+    try:
+        if ledger.execute(queries.worker_claim_job, params, fetch=True):
+            return True
+        row = ledger.execute(queries.worker_count_duplicate, {"id": ledger_id}, fetch=True)
+    except _LedgerUnavailable:
+        return True  # database down: run the body normally
+    if row is None:
+        return True  # no ledger row: not ours to guard
+    log.warning("runledger: duplicate delivery of %s suppressed (ledger status %s)", ledger_id, row["status"])
+    return False
+
+
+def _is_duplicate(request: Any) -> bool:
+    return bool(getattr(request, _DUPLICATE, False))
+
+
+def _wrap_task_class(task: Any, ledger: _Ledger) -> None:
+    cls = type(task)
+    current = cls.__dict__.get("__call__")
+    if current is not None and getattr(current, _WRAPPED, False):
+        return
+    from celery.app.trace import task_has_custom
+    custom = cls.__call__ if task_has_custom(task, "__call__") else None
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        request = self.request
+        ledger_id = None if getattr(request, "called_directly", True) else _ledger_id(request)
+        if ledger_id:
+            if not claim(ledger, ledger_id, getattr(request, "hostname", None), getattr(request, "retries", 0)):
+                try:
+                    setattr(request, _DUPLICATE, True)
+                except Exception:
+                    pass
+                return None
+        if custom is not None:
+            return custom(self, *args, **kwargs)
+        if getattr(request, "called_directly", True):
+            from celery.app.task import Task
+            return Task.__call__(self, *args, **kwargs)
+        return self.run(*args, **kwargs)
+
+    setattr(__call__, _WRAPPED, True)
+    __call__.__module__ = __name__
+    cls.__call__ = __call__
+
+
+def _wrap_all(app: Any, ledger: _Ledger) -> None:
+    for task in list(app.tasks.values()):
+        if task.name.startswith("celery."):
+            continue
+        try:
+            _wrap_task_class(task, ledger)
+        except Exception as exc:  # never break the worker over the guard
+            log.warning("runledger: could not guard task %s: %s", task.name, exc)
+
+
+def install(app: Any) -> None:
+    """Keep the run ledger current from this app's workers (idempotent)."""
+    if getattr(app, "_runledger_installed", False):
+        return
+    app._runledger_installed = True
+    from celery import signals
+
+    ledger = _Ledger(app)
+    app._runledger_ledger = ledger
+
+    def on_finalize(sender: Any = None, **_: Any) -> None:
+        _wrap_all(app, ledger)
+
+    app.on_after_finalize.connect(on_finalize, weak=False)
+
+    def on_worker_init(sender: Any = None, **_: Any) -> None:
+        _wrap_all(app, ledger)
+
+    signals.celeryd_init.connect(on_worker_init, weak=False)
+    signals.worker_init.connect(on_worker_init, weak=False)
+
+    def on_process_init(sender: Any = None, **_: Any) -> None:
+        ledger.reset_after_fork()
+        # Tasks registered after the tracers were built: wrap and rebuild their tracer.
+        from celery.app.trace import build_tracer
+        for name, task in list(app.tasks.items()):
+            current = type(task).__dict__.get("__call__")
+            if name.startswith("celery.") or (current is not None and getattr(current, _WRAPPED, False)):
+                continue
+            _wrap_task_class(task, ledger)
+            task.__trace__ = build_tracer(name, task, app.loader, sender, app=app)
+
+    signals.worker_process_init.connect(on_process_init, weak=False)
+
+    def on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
+        # Tasks the guard could not wrap still get their start recorded (unguarded).
+        if task is None or getattr(type(task).__dict__.get("__call__"), _WRAPPED, False):
+            return
+        request = task.request
+        ledger_id = _ledger_id(request)
+        if ledger_id:
+            _update(ledger, queries.worker_claim_job, {"id": ledger_id, "worker": getattr(request, "hostname", None),
+                                                       "retries": int(getattr(request, "retries", 0) or 0)})
+
+    def on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
+        ledger_id = _ledger_id(request)
+        if not ledger_id:
+            return
+        exc = getattr(reason, "exc", None)
+        error = _error_text(exc) if isinstance(exc, BaseException) else str(reason)[:ERROR_LIMIT]
+        _update(ledger, queries.worker_mark_retry,
+                {"id": ledger_id, "retries": int(getattr(request, "retries", 0) or 0) + 1, "error": error})
+
+    def on_success(sender: Any = None, **_: Any) -> None:
+        request = getattr(sender, "request", None)
+        ledger_id = _ledger_id(request)
+        if ledger_id and not _is_duplicate(request):
+            _update(ledger, queries.worker_mark_success, {"id": ledger_id})
+
+    def on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+        request = getattr(sender, "request", None)
+        ledger_id = _ledger_id(request)
+        if ledger_id and not _is_duplicate(request):
+            error = _error_text(exception) if exception is not None else "failure"
+            _update(ledger, queries.worker_mark_failure, {"id": ledger_id, "error": error})
+
+    def on_revoked(sender: Any = None, request: Any = None, terminated: bool = False,
+                   signum: Any = None, expired: bool = False, **_: Any) -> None:
+        ledger_id = _ledger_id(request)
+        if not ledger_id:
+            return
+        note = "expired" if expired else (f"terminated (signal {signum})" if terminated else None)
+        _update(ledger, queries.worker_mark_revoked, {"id": ledger_id, "error": note})
+
+    signals.task_prerun.connect(on_prerun, weak=False)
+    signals.task_retry.connect(on_retry, weak=False)
+    signals.task_success.connect(on_success, weak=False)
+    signals.task_failure.connect(on_failure, weak=False)
+    signals.task_revoked.connect(on_revoked, weak=False)
+
+    if app.finalized:
+        _wrap_all(app, ledger)
+
+
+def mark_lost_runs(conn: psycopg.Connection, default_bound_seconds: float) -> int:
+    """Mark started rows older than their time_limit (else the bound) as lost; return how many."""
+    rows = conn.execute(queries.mark_lost_runs, {"default_bound": float(default_bound_seconds)}).fetchall()
+    if rows:
+        log.warning("runledger: marked %d run(s) lost (started, never finished)", len(rows))
+    return len(rows)
