@@ -49,14 +49,15 @@ def test_duplicate_delivery_after_beat_killed_before_marking_sent_runs_once(db, 
         db.execute("UPDATE job_schedules SET is_active = false")
         (row,) = db.execute("SELECT id, status FROM jobs WHERE schedule_id = %s", (sid,)).fetchall()
         assert row["status"] == "pending"  # published, never marked sent
-        worker = start_worker(env)
-        wait_for(lambda: count(db, "SELECT count(*) AS n FROM executions") == 1, timeout=30, message="the first run")
-        survivor = start_beat(env, "survivor")  # its sweep republishes the pending row: a second delivery
+        survivor = start_beat(env, "survivor")  # its sweep republishes the pending row: a second message
         try:
-            wait_for(lambda: db.execute("SELECT duplicates FROM jobs WHERE id = %s", (row["id"],)).fetchone()["duplicates"] == 1,
-                     timeout=30, message="the duplicate delivery to be suppressed")
+            wait_for(lambda: db.execute("SELECT status FROM jobs WHERE id = %s", (row["id"],)).fetchone()["status"] == "sent",
+                     timeout=30, message="the sweep to republish the fire")
         finally:
             survivor.stop()
+        worker = start_worker(env)
+        wait_for(lambda: db.execute("SELECT duplicates FROM jobs WHERE id = %s", (row["id"],)).fetchone()["duplicates"] == 1,
+                 timeout=30, message="the duplicate delivery to be suppressed")
         assert count(db, "SELECT count(*) AS n FROM executions") == 1
         assert "duplicate delivery of" in worker.log()
         final = db.execute("SELECT status FROM jobs WHERE id = %s", (row["id"],)).fetchone()
