@@ -25,10 +25,11 @@ import psycopg
 from .db import connect, migrate
 
 SCHEMA = "runledger"
+#: (name, cron, max jitter seconds)
 DEMO_SCHEDULES = [
-    ("every-second", "* * * * * *", {"args": ["every second"], "kwargs": {}}),
-    ("every-3-seconds", "*/3 * * * * *", {"args": ["every 3 seconds"], "kwargs": {}}),
-    ("every-5-seconds-jittered", "*/5 * * * * *", {"args": ["every 5 s, jitter 2 s"], "kwargs": {"jitter": 2}}),
+    ("every-second", "* * * * * *", 0),
+    ("every-3-seconds", "*/3 * * * * *", 0),
+    ("every-5-seconds-jittered", "*/5 * * * * *", 2),
 ]
 
 
@@ -51,8 +52,8 @@ def _seed(dsn: str) -> None:
         migrate(conn, SCHEMA)
         conn.execute("CREATE TABLE IF NOT EXISTS public.demo_runs (task_id text, who text, scheduled_for text,"
                      " worker text, at timestamptz DEFAULT clock_timestamp())")
-        for name, cron, template in DEMO_SCHEDULES:
-            jitter = template["kwargs"].get("jitter", 0)
+        for name, cron, jitter in DEMO_SCHEDULES:
+            template = {"args": [name], "kwargs": {}}
             conn.execute(
                 "INSERT INTO job_schedules (id, name, job_type, payload_template, kind, cron_expr,"
                 " max_jitter_seconds, next_fire_at) VALUES (%s, %s, 'demo.hello', %s, 'cron', %s, %s,"
@@ -132,7 +133,10 @@ def run_demo(args: argparse.Namespace) -> int:
                 while time.monotonic() < deadline:
                     _report_progress(conn, seen)
                     if any(p.poll() is not None for p in procs):
-                        print("a celery process exited early; logs are in", workdir, file=sys.stderr)
+                        print("a celery process exited early; the end of its log:", file=sys.stderr)
+                        for name in ("worker.log", "beat.log"):
+                            with open(os.path.join(workdir, name), errors="replace") as f:
+                                print(f"--- {name}\n" + f.read()[-2000:], file=sys.stderr)
                         return 1
                     time.sleep(0.2)
             except KeyboardInterrupt:

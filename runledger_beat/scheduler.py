@@ -234,17 +234,12 @@ class Scheduler(beat.Scheduler):
         if self._broker_backoff.active:
             self._keep(fires, "broker unavailable")
             return
-        sent: list = []
-        try:
-            sent = self.dispatcher.publish(self._ensure_producer(), fires)
+        sent, error = self._send(fires)
+        if error is None:
             self._broker_backoff.succeeded()
-        except PublishError as exc:
-            sent = exc.sent
-            self._broker_failed(exc.error)
-            self._keep(fires[len(sent):], safe_error(exc.error))
-        except Exception as exc:  # connecting failed
-            self._broker_failed(exc)
-            self._keep(fires, safe_error(exc))
+        else:
+            self._broker_failed(error)
+            self._keep(fires[len(sent):], safe_error(error))
         if sent:
             for fire_id in sent:
                 self._backlog.pop(fire_id, None)
@@ -254,6 +249,15 @@ class Scheduler(beat.Scheduler):
                 self._conn.execute(queries.mark_sent, {"ids": sent})
             log.info("runledger: sent %d fire(s)%s", len(sent),
                      "" if len(sent) > 3 else ": " + ", ".join(f.schedule_name or f.job_type for f in fires[:len(sent)]))
+
+    def _send(self, fires: list[Fire]) -> tuple[list, BaseException | None]:
+        """Publish fires in order; return the ids sent and the error that stopped the rest, if any."""
+        try:
+            return self.dispatcher.publish(self._ensure_producer(), fires), None
+        except PublishError as exc:
+            return exc.sent, exc.error
+        except Exception as exc:  # connecting to the broker failed
+            return [], exc
 
     def _broker_failed(self, error: BaseException) -> None:
         self._broker_backoff.failed(safe_error(error))
@@ -289,13 +293,7 @@ class Scheduler(beat.Scheduler):
             if not fires:
                 return
             log.info("runledger: recovery sweep republishing %d fire(s)", len(fires))
-            try:
-                sent = self.dispatcher.publish(self._ensure_producer(), fires)
-                error = None
-            except PublishError as exc:
-                sent, error = exc.sent, exc.error
-            except Exception as exc:
-                sent, error = [], exc
+            sent, error = self._send(fires)
             if sent:
                 self._conn.execute(queries.mark_sent, {"ids": sent})
             if error is not None:

@@ -71,7 +71,7 @@ class _Ledger:
         return self.conn
 
     def execute(self, statement: str, params: dict[str, Any], fetch: bool = False) -> Any:
-        """Run one statement; on error log, drop the connection and return None (or raise if fetch)."""
+        """Run one statement; None when no DSN is set; on error log, drop the connection, raise _LedgerUnavailable."""
         with self.lock:
             try:
                 conn = self._connection()
