@@ -1,10 +1,11 @@
-"""Burst benchmark: N schedules due at the same instant, one real `celery beat -S runledger`.
+"""Burst: N schedules due at the same instant, one or three real `celery beat -S runledger`.
 
-Measures the time from the due instant until every ledger row is committed and
-every message sits in the RabbitMQ queue, plus Celery `send_task` and raw kombu
-publish rates measured in the same run. Prints JSON, then a markdown table.
+Measured from the due instant (database clock) until every ledger row is
+committed and every message sits in the RabbitMQ queue; fires/s = N / that time.
+Also: each beat's peak RSS (VmHWM), duplicate ledger rows, and the queue depth
+two seconds later (a duplicate publish would show as more than N messages).
 
-    .venv/bin/python bench/bench_burst.py --n 1000 10000
+    .venv/bin/python bench/bench_burst.py --n 1000 10000 100000 --beats 1 3
 """
 
 from __future__ import annotations
@@ -12,129 +13,88 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
+import tempfile
 import time
-import uuid
 from pathlib import Path
 
-import psycopg
-from celery import Celery
-from kombu import Connection, Exchange, Producer, Queue
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.common import (DSN, CountProbe, DepthProbe, Watch, celery_env, connect, db_offset, declare_queue,  # noqa: E402
+                          delete_queue, drop_schema, emit, fresh_schema, insert_schedules, start, status_kb, stop,
+                          token, wait_for_log)
 
-from runledger_beat.db import connect, migrate  # noqa: E402
-
-DSN = os.environ.get("RUNLEDGER_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-AMQP = os.environ.get("RUNLEDGER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+LEAD = 10.0  # seconds between creating the schedules and their instant: beats start meanwhile
 
 
-def queue_depth(queue: str) -> int:
-    with Connection(AMQP) as conn:
-        return conn.default_channel.queue_declare(queue, passive=True).message_count
-
-
-def raw_kombu_rate(n: int) -> float:
-    queue = Queue(f"bench_raw_{uuid.uuid4().hex[:8]}", Exchange("", type="direct"), auto_delete=False)
-    with Connection(AMQP) as conn:
-        producer = Producer(conn.default_channel)
-        queue.declare(channel=conn.default_channel)
-        body = {"x": 1}
-        started = time.perf_counter()
-        for _ in range(n):
-            producer.publish(body, routing_key=queue.name, serializer="json")
-        elapsed = time.perf_counter() - started
-        conn.default_channel.queue_delete(queue.name)
-    return n / elapsed
-
-
-def send_task_rate(n: int) -> float:
-    app = Celery("bench", broker=AMQP)
-    queue = f"bench_send_{uuid.uuid4().hex[:8]}"
-    with app.producer_or_acquire() as producer:
-        started = time.perf_counter()
-        for i in range(n):
-            app.send_task("bench.noop", (i,), queue=queue, producer=producer)
-        elapsed = time.perf_counter() - started
-    with Connection(AMQP) as conn:
-        conn.default_channel.queue_delete(queue)
-    return n / elapsed
-
-
-def burst(n: int, beats: int) -> dict:
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
-    queue = f"benchq_{uuid.uuid4().hex[:8]}"
-    with connect(DSN, "public") as conn:
-        migrate(conn, schema)
-    with connect(DSN, schema, autocommit=True) as db:
-        due = db.execute("SELECT date_trunc('second', now()) + interval '8 seconds' AS t").fetchone()["t"]
-        with db.cursor().copy("COPY job_schedules (id, name, job_type, kind, cron_expr, next_fire_at)"
-                              " FROM STDIN") as copy:
-            for i in range(n):
-                copy.write_row((uuid.uuid4(), f"s{i}", "bench.noop", "cron", "0 0 1 1 *", due))
-    env = dict(os.environ, RUNLEDGER_DSN=DSN, RL_SCHEMA=schema, RL_BROKER_URL=AMQP, RL_QUEUE=queue,
-               RL_EXTRA=json.dumps({"runledger_batch_size": 5000}), PYTHONPATH=str(ROOT))
-    with Connection(AMQP) as conn:
-        conn.default_channel.queue_declare(queue, durable=True, auto_delete=False)
-    procs = [subprocess.Popen([sys.executable, "-m", "celery", "-A", "tests.celeryapp", "beat", "-S", "runledger",
-                               "--loglevel", "WARNING", "--pidfile="], env=env, cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(beats)]
-    peak_rss = 0
+def burst(n: int, beats: int, extra: dict | None = None, label: str = "runledger",
+          env_extra: dict | None = None) -> dict:
+    """One burst of ``n`` fires with ``beats`` beats; returns the measurement."""
+    schema, queue = fresh_schema(), f"benchq_{token()}"
+    declare_queue(queue)
+    logs = [Path(tempfile.mkstemp(prefix=f"bench-beat{i}-", suffix=".log")[1]) for i in range(beats)]
+    procs = []
     try:
         with connect(DSN, schema, autocommit=True) as db:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                rss = sum(_rss_kb(p.pid) for p in procs)
-                peak_rss = max(peak_rss, rss)
-                sent = db.execute("SELECT count(*) AS n, max(sent_at) AS last FROM jobs WHERE status = 'sent'").fetchone()
-                if sent["n"] >= n and queue_depth(queue) >= n:
-                    break
-                time.sleep(0.05)
-            stats = db.execute("SELECT count(*) AS n, count(DISTINCT (schedule_id, scheduled_for)) AS slots,"
-                               " max(sent_at) AS last FROM jobs").fetchone()
-        elapsed = (stats["last"] - due).total_seconds()
-        return {"bench": "burst", "n": n, "beats": beats, "seconds_after_due": round(elapsed, 3),
-                "fires_per_s": round(n / elapsed), "ledger_rows": stats["n"], "duplicates": stats["n"] - stats["slots"],
-                "in_queue": queue_depth(queue), "peak_rss_mb": round(peak_rss / 1024, 1)}
+            due = db.execute("SELECT date_trunc('second', now()) + make_interval(secs => %s) AS t",
+                             (LEAD,)).fetchone()["t"]
+            insert_schedules(db, n, due)
+            offset = db_offset(db)
+        env = celery_env(BENCH_SCHEMA=schema, BENCH_QUEUE=queue, BENCH_EXTRA=json.dumps(extra or {}),
+                         **(env_extra or {}))
+        argv = [sys.executable, "-m", "celery", "-A", "bench.benchapp", "beat", "-S", "runledger",
+                "--loglevel", os.environ.get("BENCH_LOGLEVEL", "WARNING"), "--pidfile="]
+        procs = [start(argv, env, log) for log in logs]
+        due_local = due.timestamp() - offset
+        deadline = due_local + 120
+        depth, rows = DepthProbe(queue), CountProbe(schema, "SELECT count(*) AS n FROM jobs")
+        queued, recorded = Watch(depth, n, due_local, deadline), Watch(rows, n, due_local, deadline)
+        queued.start(), recorded.start()
+        queued.join(), recorded.join()
+        if queued.reached is None or recorded.reached is None:
+            raise RuntimeError(f"burst {n}x{beats}: {queued.last} queued, {recorded.last} recorded after 120 s; "
+                               f"beat log: {logs[0].read_text(errors='replace')[-2000:]}")
+        late = max(queued.reached, recorded.reached) - due_local
+        time.sleep(2)
+        stats = rows.conn.execute("SELECT count(*) AS n, count(DISTINCT (schedule_id, scheduled_for)) AS slots"
+                                  " FROM jobs").fetchone()
+        settled = depth()
+        depth.close(), rows.close()
+        return emit({
+            "bench": "burst", "scheduler": label, "n": n, "beats": beats,
+            "seconds_after_due": round(late, 3), "fires_per_s": round(n / late),
+            "recorded_after_due": round(recorded.reached - due_local, 3),
+            "queued_after_due": round(queued.reached - due_local, 3),
+            "ledger_rows": stats["n"], "duplicate_rows": stats["n"] - stats["slots"],
+            "queue_depth_after_2s": settled, "duplicate_messages": settled - n,
+            "peak_rss_mb": round(max(status_kb(p.pid, "VmHWM") for p in procs) / 1024, 1),
+        })
     finally:
-        for p in procs:
-            p.terminate()
-            p.wait(10)
-        with Connection(AMQP) as conn:
-            conn.default_channel.queue_delete(queue)
-        with psycopg.connect(DSN, autocommit=True) as c:
-            c.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        stop(procs)
+        for log in logs:
+            if os.environ.get("BENCH_KEEP_LOGS"):
+                print(f"log kept: {log}", file=sys.stderr)
+            else:
+                log.unlink(missing_ok=True)
+        delete_queue(queue)
+        drop_schema(schema)
 
 
-def _rss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000])
+def main() -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000, 100000])
     parser.add_argument("--beats", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--extra", default="{}", help="JSON merged into the beats' app.conf")
+    parser.add_argument("--receiver", action="store_true", help="connect a before_task_publish receiver (tracing)")
     args = parser.parse_args()
-    results = [{"bench": "limits", "raw_kombu_per_s": round(raw_kombu_rate(5000)),
-                "send_task_per_s": round(send_task_rate(5000))}]
-    print(json.dumps(results[0]), flush=True)
-    for n in args.n:
-        for beats in args.beats:
-            results.append(burst(n, beats))
-            print(json.dumps(results[-1]), flush=True)
-    print("\n| N | beats | s after due | fires/s | duplicates | peak RSS MB |\n|---|---|---|---|---|---|")
-    for r in results[1:]:
-        print(f"| {r['n']} | {r['beats']} | {r['seconds_after_due']} | {r['fires_per_s']} | {r['duplicates']} | {r['peak_rss_mb']} |")
-    print(f"\nlimits: raw kombu {results[0]['raw_kombu_per_s']}/s, send_task {results[0]['send_task_per_s']}/s")
+    env = {"BENCH_RECEIVER": "1"} if args.receiver else None
+    results = [burst(n, b, json.loads(args.extra), env_extra=env) for n in args.n for b in args.beats]
+    print("\n| N | beats | s after due | fires/s | peak RSS MB | duplicates |\n|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['n']:,} | {r['beats']} | {r['seconds_after_due']} | {r['fires_per_s']:,} | {r['peak_rss_mb']} "
+              f"| {r['duplicate_rows'] + max(r['duplicate_messages'], 0)} |")
+    return results
 
 
 if __name__ == "__main__":

@@ -1,20 +1,39 @@
 """Publishing fires to the Celery broker as ordinary task messages.
 
-The message is what ``task.apply_async`` would send (protocol 2, the app's
-routing, serializer and publish signals), with task_id = ledger row id and the
-ledger id and ``_schedule`` metadata in message headers, never in kwargs. It is
-built with ``app.amqp`` directly rather than ``send_task`` so a batch reuses one
-producer and skips per-call result-backend set-up (beat never reads results).
+Every message is built by Celery itself: ``app.amqp.create_task_message`` and
+``app.amqp.send_task_message`` (protocol 2, the app's routing, serializer,
+compression and delivery mode), as ``task.apply_async`` would, with task_id =
+ledger row id and the ledger id and ``_schedule`` metadata in message headers,
+never in kwargs. Two ways lead to the broker:
+
+* The Celery path: ``send_task_message`` on a kombu producer, message by
+  message, with Celery's publish signals and task-sent events. It serves every
+  transport but py-amqp, and is taken whenever a receiver listens to
+  ``before_task_publish`` / ``after_task_publish`` / ``task_sent`` (tracing) or
+  sent events are on, so those fire at the real publish exactly as with stock beat.
+* The fast path (py-amqp, i.e. RabbitMQ, nobody listening): the same
+  ``send_task_message`` runs ahead of the fire's instant on a producer that
+  captures the message instead of sending it, and py-amqp's own frame writer
+  encodes it. At the instant the frames of many messages go out in one write
+  per chunk on a channel in confirm mode; confirms are awaited per window of
+  chunks, not per message. Only confirmed fires count as sent. If the channel
+  breaks mid-batch, the unconfirmed rest goes again one message at a time,
+  each awaiting its confirm, so a message the broker refuses (a missing
+  exchange, say) fails alone and the others go out.
+
+See fastpath.py for the capture, the encoding and the confirm window.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
+from . import fastpath
 from .materialize import Fire
 from .payload import LEDGER_HEADER, SCHEDULE_HEADER, task_arguments
 
@@ -26,21 +45,49 @@ PUBLISH_OPTIONS = ("queue", "routing_key", "exchange", "exchange_type", "priorit
                    "serializer", "compression", "delivery_mode", "ignore_result")
 
 
-class PublishError(Exception):
-    """Publishing stopped; ``sent`` holds the ids already handed to the broker."""
+@dataclass(slots=True)
+class Outgoing:
+    """A fire ready to publish; on the fast path with its AMQP frames encoded ahead."""
 
-    def __init__(self, error: BaseException, sent: list) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.sent = sent
+    fire: Fire
+    frames: bytes | None = None
+    channel_id: int = 0
+    declare: tuple = ()
+
+
+@dataclass
+class PublishResult:
+    """Which fires reached the broker; failures are kept with their reason.
+
+    ``error`` is set when the broker connection itself failed (the rest of the
+    batch was not attempted and the caller should back off).
+    """
+
+    sent: list = field(default_factory=list)
+    failed: list[tuple[Fire, str]] = field(default_factory=list)
+    error: BaseException | None = None
+
+
+def _publish_receivers() -> bool:
+    """Whether anyone listens to Celery's publish signals (then the Celery path keeps their timing)."""
+    return bool(signals.before_task_publish.receivers or signals.after_task_publish.receivers
+                or signals.task_sent.receivers)
 
 
 class Dispatcher:
-    """Turns fires into Celery messages on one producer."""
+    """Turns fires into Celery messages and publishes them on one broker connection."""
 
-    def __init__(self, app: Celery, send_sent_events: bool = True) -> None:
+    def __init__(self, app: Celery, send_sent_events: bool = False, fast: bool = True) -> None:
         self.app = app
         self.send_sent_events = send_sent_events
+        self.fast = fast
+        self._conn: Any = None
+        self._producer: Any = None
+        self._fast: fastpath.ConfirmChannel | None = None
+        self._encoder: fastpath.Encoder | None = None
+        self._amqp: bool | None = None  # is the broker transport py-amqp?
+
+    # -- building --------------------------------------------------------
 
     def _options(self, fire: Fire) -> dict[str, Any]:
         task = self.app.tasks.get(fire.job_type)
@@ -50,14 +97,14 @@ class Dispatcher:
         options.update({k: v for k, v in (fire.options or {}).items() if k in PUBLISH_OPTIONS and v is not None})
         return options
 
-    def publish_one(self, producer: Any, fire: Fire) -> None:
-        """Send one fire's message on ``producer``; raises on broker failure."""
+    def send_with(self, producer: Any, fire: Fire, sent_event: bool) -> None:
+        """Hand one fire to Celery's ``send_task_message`` on ``producer`` (real or capturing)."""
         app = self.app
         args, kwargs = task_arguments(fire.payload)
         options = self._options(fire)
         headers = dict(options.pop("headers", None) or {})
         headers[LEDGER_HEADER] = str(fire.id)
-        headers["celery_beat_task"] = True
+        headers["celery_beat_task"] = True  # as celery.beat sets it
         if isinstance(fire.payload, dict) and SCHEDULE_HEADER in fire.payload:
             headers[SCHEDULE_HEADER] = fire.payload[SCHEDULE_HEADER]
         time_limit = options.pop("time_limit", None)
@@ -66,25 +113,162 @@ class Dispatcher:
         ignore_result = bool(options.pop("ignore_result", False))
         task = app.tasks.get(fire.job_type)
         options = app.amqp.router.route(options, fire.job_type, args, kwargs, task)
-        if expires is not None:
+        if isinstance(expires, (int, float)) and not isinstance(expires, bool):
             options["expiration"] = max(float(expires), 0.0)
+        # Expiry counts from the fire's instant, even when the message is built ahead of it.
+        now = app.now()
+        if fire.scheduled_for is not None and fire.scheduled_for > now:
+            now = fire.scheduled_for.astimezone(now.tzinfo)
         task_id = str(fire.id)
         message = app.amqp.create_task_message(
             task_id, fire.job_type, args, kwargs,
             expires=expires, time_limit=time_limit, soft_time_limit=soft_time_limit,
-            create_sent_event=self.send_sent_events, root_id=task_id,
-            ignore_result=ignore_result,
+            create_sent_event=sent_event, root_id=task_id, ignore_result=ignore_result, now=now,
         )
         app.amqp.send_task_message(producer, fire.job_type, message, headers=headers,
                                    retry=False, **options)
 
-    def publish(self, producer: Any, fires: Iterable[Fire]) -> list:
-        """Send fires in order; on the first failure raise PublishError with those sent so far."""
-        sent: list = []
-        for fire in fires:
+    # -- the broker connection ---------------------------------------------
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            conn = self.app.connection_for_write()
             try:
-                self.publish_one(producer, fire)
+                conn.ensure_connection(max_retries=0)  # one attempt: the scheduler owns the back-off
+            except BaseException:
+                conn.release()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _celery_producer(self) -> Any:
+        if self._producer is None:
+            self._producer = self.app.amqp.Producer(self._connection(), auto_declare=False)
+        return self._producer
+
+    def fast_path(self) -> bool:
+        """Whether fires go by the fast path now (py-amqp transport, no listeners, no sent events)."""
+        if not self.fast or self.send_sent_events or _publish_receivers():
+            return False
+        if self._amqp is None:
+            conn = self.app.connection_for_write()
+            try:
+                self._amqp = fastpath.supported(conn)
+            finally:
+                conn.release()
+        return self._amqp
+
+    def _fast_channel(self) -> fastpath.ConfirmChannel:
+        if self._fast is None or not self._fast.usable():
+            self._fast = fastpath.ConfirmChannel(self._connection())
+        return self._fast
+
+    def release(self) -> None:
+        """Drop the broker connection (after an error, or at shutdown)."""
+        if self._conn is not None:
+            try:
+                self._conn.release()
+            except Exception:
+                pass
+        self._conn = None
+        self._producer = None
+        self._fast = None
+
+    close = release
+
+    # -- preparing and publishing ---------------------------------------------
+
+    def prepare(self, fires: Sequence[Fire], encode: bool = True) -> list[Outgoing]:
+        """Wrap fires for publishing; on the fast path build and encode them now, ahead of their instant.
+
+        With ``encode`` false (the broker is known to be down), or a broker that
+        cannot be reached, they stay unencoded: publish() encodes them (or
+        reports the failure) later.
+        """
+        outgoing = [Outgoing(f) for f in fires]
+        if not outgoing or not encode or not self.fast_path():
+            return outgoing
+        try:
+            channel = self._fast_channel()
+        except Exception as exc:
+            log.debug("runledger: broker not reachable while preparing (%s); encoding later", exc)
+            return outgoing
+        self._encode(outgoing, channel)
+        return outgoing
+
+    def _encode(self, outgoing: Sequence[Outgoing], channel: fastpath.ConfirmChannel) -> None:
+        if self._encoder is None:
+            self._encoder = fastpath.Encoder(self)
+        for item in outgoing:
+            if item.frames is None:
+                item.frames, item.declare = self._encoder.encode(item.fire, channel.channel_id, channel.frame_max)
+                item.channel_id = channel.channel_id
+            elif item.channel_id != channel.channel_id:
+                item.frames = fastpath.retarget(item.frames, channel.channel_id)
+                item.channel_id = channel.channel_id
+
+    def publish(self, outgoing: Sequence[Outgoing]) -> PublishResult:
+        """Publish in order; returns the ids the broker took, per-fire failures and any connection error."""
+        if not outgoing:
+            return PublishResult()
+        if self.fast_path():
+            return self._publish_fast(outgoing)
+        return self._publish_celery([o.fire for o in outgoing])
+
+    def _publish_fast(self, outgoing: Sequence[Outgoing]) -> PublishResult:
+        result = PublishResult()
+        rest = list(outgoing)
+        batch = True
+        while rest:
+            try:
+                channel = self._fast_channel()
+                self._encode(rest if batch else rest[:1], channel)
+            except Exception as exc:  # the broker cannot be reached
+                self.release()
+                result.error = exc
+                result.failed.extend((o.fire, _reason(exc)) for o in rest)
+                return result
+            sent, refused, unresolved, error = channel.publish(rest if batch else rest[:1])
+            result.sent.extend(sent)
+            result.failed.extend(refused)
+            rest = unresolved + ([] if batch else rest[1:])
+            if error is None:
+                continue
+            if fastpath.is_connection_error(error, self._conn):
+                self.release()
+                if not batch:  # a dead broker, not a bad message: the rest wait for the back-off
+                    result.error = error
+                    result.failed.extend((o.fire, _reason(error)) for o in rest)
+                    return result
+            elif not batch:  # the broker closed the channel over this one message
+                log.warning("runledger: publishing %s (%s) failed: %s", unresolved[0].fire.id,
+                            unresolved[0].fire.job_type, _reason(error))
+                result.failed.append((unresolved[0].fire, _reason(error)))
+                rest = rest[1:]
+            # The batch broke: go on one message at a time, each awaiting its confirm,
+            # so a message the broker refuses fails alone.
+            batch = False
+        return result
+
+    def _publish_celery(self, fires: Sequence[Fire]) -> PublishResult:
+        """Stock Celery publishing, one message at a time; a channel error fails that fire alone."""
+        result = PublishResult()
+        for index, fire in enumerate(fires):
+            try:
+                self.send_with(self._celery_producer(), fire, self.send_sent_events)
             except Exception as exc:
-                raise PublishError(exc, sent) from exc
-            sent.append(fire.id)
-        return sent
+                if fastpath.is_connection_error(exc, self._conn):
+                    self.release()
+                    result.error = exc
+                    result.failed.extend((f, _reason(exc)) for f in fires[index:])
+                    return result
+                log.warning("runledger: publishing %s (%s) failed: %s", fire.id, fire.job_type, _reason(exc))
+                result.failed.append((fire, _reason(exc)))
+                self._producer = None  # its channel may be closed by the broker
+                continue
+            result.sent.append(fire.id)
+        return result
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1000]

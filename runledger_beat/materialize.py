@@ -1,15 +1,20 @@
 """One scheduling pass: claim due schedules, record their fires, advance their cursors.
 
-Everything here runs in the caller's transaction, which is committed before any
-fire is published. The fast path is set-based (one INSERT and one UPDATE per
-batch); if the batch's SQL fails, the seed's per-schedule savepoints take over so
-one bad row is rolled back and deferred alone.
+Everything here runs in the caller's transaction; the caller commits, and only
+then publishes. The fast path is set-based (one INSERT and one UPDATE per batch,
+parameters sent in binary); if the batch's SQL fails, the seed's per-schedule
+savepoints take over so one bad row is rolled back and deferred alone.
+
+A claim may look ``lookahead`` seconds ahead: the scheduler then records the
+fires of one instant in a transaction it keeps open (holding the schedule rows'
+locks) and commits it at that instant. See scheduler.py.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,11 +25,13 @@ import psycopg
 from . import queries
 from .payload import merge_schedule_metadata, schedule_metadata
 from .schedule_row import timing_from_row
-from .timeengine import advance
+from .timeengine import Advance, advance
 
 log = logging.getLogger("runledger_beat.materialize")
 
 FAILED_SCHEDULE_RETRY_DELAY_SECONDS = 30
+#: Fires less than this many seconds after the first cursor share its transaction.
+GROUP_WINDOW_SECONDS = 0.05
 
 
 class ClaimedScheduleMissing(Exception):
@@ -46,6 +53,7 @@ class Fire:
     payload: Any
     options: dict[str, Any]
     scheduled_for: datetime | None
+    overlap_skip: bool = False
 
 
 @dataclass
@@ -60,25 +68,36 @@ class _Plan:
 
 @dataclass
 class PassResult:
-    """What one pass did: fires to publish and counts for logs and tests."""
+    """What one pass did: fires to publish, the database clock it judged by, and counts."""
 
     claimed: int = 0
     fires: list[Fire] = field(default_factory=list)
     skipped: int = 0
     deferred: int = 0
+    db_now: datetime | None = None
+    clock_offset: float | None = None  # database clock minus local wall clock (s), read at the claim
 
 
-def _plan(row: dict[str, Any]) -> _Plan:
-    """Decide one claimed schedule's fire and next cursor (pure; raises on a bad row)."""
+def _plan(row: dict[str, Any], shared: dict[tuple, Advance]) -> _Plan:
+    """Decide one claimed schedule's fire and next cursor (pure; raises on a bad row).
+
+    ``shared`` memoises advance() within a pass for jitter-free timings, whose
+    result does not depend on the schedule id: a burst of schedules sharing an
+    expression and zone computes its next fire once.
+    """
     timing = timing_from_row(row)
     scheduled_for = row["next_fire_at"]
-    step = advance(timing, scheduled_for, row["db_now"], row["id"])
-    if not step.fire:
-        status, note = "skipped", f"misfire: slot missed (policy {timing.misfire})"
-    elif row.get("busy"):
-        status, note = "skipped", "overlap: previous run still queued or running"
+    if timing.max_jitter == 0:
+        key = (timing, scheduled_for, row["db_now"])
+        step = shared.get(key)
+        if step is None:
+            step = shared[key] = advance(timing, scheduled_for, row["db_now"], row["id"])
     else:
+        step = advance(timing, scheduled_for, row["db_now"], row["id"])
+    if step.fire:
         status, note = "pending", None
+    else:
+        status, note = "skipped", f"misfire: slot missed (policy {timing.misfire})"
     plan = _Plan(row=row, next_fire_at=step.next_fire_at, status=status, note=note)
     meta = schedule_metadata(row["id"], row["name"], scheduled_for)
     plan.payload = merge_schedule_metadata(row["payload_template"], meta)
@@ -88,7 +107,7 @@ def _plan(row: dict[str, Any]) -> _Plan:
 def _fires_of(plans: list[_Plan], inserted: set[uuid.UUID]) -> list[Fire]:
     return [
         Fire(p.ledger_id, p.row["id"], p.row["name"], p.row["job_type"], p.payload,
-             p.row.get("options") or {}, p.row["next_fire_at"])
+             p.row.get("options") or {}, p.row["next_fire_at"], p.row.get("overlap_policy") == "skip")
         for p in plans if p.status == "pending" and p.ledger_id in inserted
     ]
 
@@ -120,8 +139,7 @@ def _write(conn: psycopg.Connection, plans: list[_Plan]) -> set[uuid.UUID]:
 
 def _missing(conn: psycopg.Connection, plans: list[_Plan]) -> uuid.UUID:
     ids = [p.row["id"] for p in plans]
-    found = {r["id"] for r in conn.execute(
-        "SELECT id FROM job_schedules WHERE id = ANY(%(ids)s::uuid[])", {"ids": ids})}
+    found = {r["id"] for r in conn.execute(queries.existing_schedules, {"ids": ids})}
     return next(i for i in ids if i not in found)
 
 
@@ -136,11 +154,12 @@ def _defer(conn: psycopg.Connection, row: dict[str, Any], error: BaseException, 
 def materialize_claimed(conn: psycopg.Connection, rows: list[dict[str, Any]],
                         defer_seconds: float = FAILED_SCHEDULE_RETRY_DELAY_SECONDS) -> PassResult:
     """Record fires and advance cursors for rows claimed in this transaction."""
-    result = PassResult(claimed=len(rows))
+    result = PassResult(claimed=len(rows), db_now=rows[0]["db_now"] if rows else None)
     plans: list[_Plan] = []
+    shared: dict[tuple, Advance] = {}
     for row in rows:
         try:
-            plans.append(_plan(row))
+            plans.append(_plan(row, shared))
         except Exception as exc:  # a corrupt row must never stop the others
             _defer(conn, row, exc, defer_seconds)
             result.deferred += 1
@@ -180,15 +199,60 @@ def _write_one_by_one(conn: psycopg.Connection, plans: list[_Plan], defer_second
     return fires
 
 
-def claim_due(conn: psycopg.Connection, limit: int) -> list[dict[str, Any]]:
-    """Lock up to ``limit`` due schedules in this transaction (database clock, SKIP LOCKED)."""
-    conn.execute(queries.mark_internal)
-    return conn.execute(queries.claim_due_schedules, {"limit": limit}).fetchall()
+def mark_internal(conn: psycopg.Connection) -> float:
+    """Keep this transaction's cursor moves from waking other beats; return database minus local clock (s).
+
+    The local clock is read after the answer arrives, so the offset errs low by
+    the return trip: instants converted with it are never early.
+    """
+    row = conn.execute(queries.mark_internal).fetchone()
+    return row["db_clock"].timestamp() - time.time()
+
+
+def _claim(conn: psycopg.Connection, limit: int, lookahead: float,
+           group_start: datetime | None) -> list[dict[str, Any]]:
+    return conn.execute(queries.claim_due_schedules, {
+        "limit": limit, "lookahead": float(lookahead), "group_start": group_start,
+        "group_window": GROUP_WINDOW_SECONDS}).fetchall()
+
+
+def claim_due(conn: psycopg.Connection, limit: int, lookahead: float = 0.0,
+              group_start: datetime | None = None) -> list[dict[str, Any]]:
+    """Lock up to ``limit`` schedules due now, or within ``lookahead`` s for one instant (SKIP LOCKED).
+
+    With a lookahead the claim takes the rows of the earliest pending instant
+    (``group_start``, else the earliest cursor) up to GROUP_WINDOW_SECONDS after
+    it, plus every row already due; judged by the database clock.
+    """
+    mark_internal(conn)
+    return _claim(conn, limit, lookahead, group_start)
+
+
+def skip_overlapping(conn: psycopg.Connection, fires: list[Fire]) -> set[uuid.UUID]:
+    """Just before commit: mark skipped the fires of overlap-skip schedules whose previous run is live."""
+    ids = [f.id for f in fires if f.overlap_skip]
+    if not ids:
+        return set()
+    return {r["id"] for r in conn.execute(queries.skip_overlapping_fires, {"ids": ids}).fetchall()}
+
+
+def record_pass(conn: psycopg.Connection, batch_size: int, lookahead: float = 0.0,
+                group_start: datetime | None = None,
+                defer_seconds: float = FAILED_SCHEDULE_RETRY_DELAY_SECONDS) -> PassResult:
+    """Claim a batch and record its fires in the caller's open transaction (no commit)."""
+    offset = mark_internal(conn)
+    result = materialize_claimed(conn, _claim(conn, batch_size, lookahead, group_start), defer_seconds)
+    result.clock_offset = offset
+    return result
 
 
 def run_pass(conn: psycopg.Connection, batch_size: int,
              defer_seconds: float = FAILED_SCHEDULE_RETRY_DELAY_SECONDS) -> PassResult:
-    """One transaction: claim a batch, materialize it, commit. Fires are returned for publishing."""
+    """One transaction: claim due schedules, record them, apply overlap skips, commit."""
     with conn.transaction():
-        rows = claim_due(conn, batch_size)
-        return materialize_claimed(conn, rows, defer_seconds)
+        result = record_pass(conn, batch_size, 0.0, None, defer_seconds)
+        skipped = skip_overlapping(conn, result.fires)
+    if skipped:
+        result.fires = [f for f in result.fires if f.id not in skipped]
+        result.skipped += len(skipped)
+    return result

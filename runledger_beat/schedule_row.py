@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from .timeengine import Timing
 
 
 def timing_from_row(row: Mapping[str, Any]) -> Timing:
-    """The validated Timing of a schedule row; raises ScheduleError naming the bad field."""
-    return Timing(
-        kind=row["kind"],
-        cron=row.get("cron_expr"),
-        day_and=bool(row.get("cron_day_and")),
-        every=row.get("interval_seconds"),
-        at=row.get("run_at"),
-        anchor=row.get("start_at") or row.get("anchor_at"),
-        timezone=row.get("timezone") or "UTC",
-        start=row.get("start_at"),
-        end=row.get("end_at"),
-        max_jitter=int(row.get("max_jitter_seconds") or 0),
-        misfire=row.get("misfire_policy") or "fire_once",
-        grace=row.get("misfire_grace_seconds"),
-    ).validate()
+    """The validated Timing of a schedule row; raises ScheduleError naming the bad field.
+
+    Memoised on the timing fields, so thousands of rows sharing a definition
+    build and validate one Timing (errors are not cached: they re-raise).
+    """
+    return _timing(
+        row["kind"], row.get("cron_expr"), bool(row.get("cron_day_and")), row.get("interval_seconds"),
+        row.get("run_at"), row.get("start_at") or row.get("anchor_at"), row.get("timezone") or "UTC",
+        row.get("start_at"), row.get("end_at"), int(row.get("max_jitter_seconds") or 0),
+        row.get("misfire_policy") or "fire_once", row.get("misfire_grace_seconds"),
+    )
+
+
+@lru_cache(maxsize=8192)
+def _timing(kind: str, cron: Any, day_and: bool, every: Any, at: Any, anchor: Any, timezone: str,
+            start: Any, end: Any, max_jitter: int, misfire: str, grace: Any) -> Timing:
+    return Timing(kind=kind, cron=cron, day_and=day_and, every=every, at=at, anchor=anchor,
+                  timezone=timezone, start=start, end=end, max_jitter=max_jitter,
+                  misfire=misfire, grace=grace).validate()

@@ -1,19 +1,38 @@
 """The Celery glue: ``celery beat -S runledger_beat.Scheduler``.
 
-Each tick claims due schedules in Postgres, records fires in the ledger in the
-same transaction that advances the cursors, commits, then publishes the fires
-(task_id = ledger id) and marks them sent. Any number of beats may run: rows are
-claimed with ``FOR UPDATE SKIP LOCKED`` and a unique index guards each slot.
-Between ticks beat sleeps until the earliest cursor, woken at once by
+Each tick claims due schedules in Postgres, records their fires in the ledger in
+the same transaction that advances the cursors, commits, then publishes the
+fires (task_id = ledger id) and marks them sent. Any number of beats may run:
+rows are claimed with ``FOR UPDATE SKIP LOCKED`` and a unique index guards each
+slot. Between ticks beat sleeps until the next thing to do, woken at once by
 LISTEN/NOTIFY when schedules change.
+
+Lookahead (``runledger_lookahead``, 2 s by default): the fires of the next
+instant are recorded up to that long before it, in a transaction kept open
+until the instant, and their messages are built and encoded meanwhile. At the
+instant beat commits and writes the ready frames, so thousands of fires due in
+the same second leave within a fraction of it. While the transaction is open
+the schedule rows stay locked: a pause, edit or removal of such a schedule
+waits for that fire (at most the lookahead) and applies from the next one. If
+beat dies first, the transaction rolls back and the fire is claimed again, by
+this beat after a restart or at once by another beat. Overlap-skip is judged
+at commit, when the fire is really due.
+
+Three Postgres connections per beat: one for claims (it holds the open
+transaction), one for ledger bookkeeping (sent marks, recovery sweep, lost
+runs, next-due reads), one for LISTEN.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import signal
 import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -21,8 +40,8 @@ from celery import beat
 
 from . import queries
 from .db import ConfigError, connect, migrate, redact_dsn, safe_error, schema_ready
-from .dispatch import Dispatcher, PublishError
-from .materialize import Fire, run_pass
+from .dispatch import Dispatcher, Outgoing
+from .materialize import Fire, record_pass, skip_overlapping
 from .settings import Settings, dsn_from, load
 from .worker import mark_lost_runs
 
@@ -33,8 +52,12 @@ NOTIFY_CHANNEL = "runledger_schedules"
 MAX_PASSES_PER_TICK = 100
 #: Fires a beat keeps in memory to republish itself after a broker outage.
 MAX_BACKLOG = 100_000
-#: Waking a hair after the cursor avoids a spin when clocks round down.
+#: Fires recorded ahead in one open transaction, at most (bounds memory).
+MAX_PREPARED = 50_000
+#: Waking a hair after an instant avoids a spin when clocks round down.
 WAKE_MARGIN = 0.002
+#: How soon to look again when due rows are locked by another beat.
+CONTENDED_RETRY = 0.05
 
 
 class Backoff:
@@ -66,6 +89,15 @@ class Backoff:
         self.delay = 0.0
 
 
+@dataclass
+class _Group:
+    """Fires recorded in the still-open claim transaction; committed at the first one's instant."""
+
+    start: datetime          # the instant further claims of this transaction are cut to
+    commit_at: float         # local wall-clock time of the earliest fire
+    outgoing: list[Outgoing]
+
+
 class Scheduler(beat.Scheduler):
     """A Celery beat scheduler whose schedules and fires live in Postgres."""
 
@@ -74,12 +106,16 @@ class Scheduler(beat.Scheduler):
 
     def __init__(self, app: Any, *args: Any, lazy: bool = False, **kwargs: Any) -> None:
         self.settings: Settings | None = None
-        self._conn: psycopg.Connection | None = None
+        self._conn: psycopg.Connection | None = None      # claims; holds the open transaction
+        self._ledger: psycopg.Connection | None = None    # autocommit bookkeeping
         self._listen: psycopg.Connection | None = None
         self._listen_ok = True
-        self._broker: Any = None
-        self._producer: Any = None
+        self._group: _Group | None = None
+        self._held: list[tuple[float, int, Outgoing]] = []  # committed, waiting for their instant
+        self._held_seq = 0
         self._backlog: dict[Any, Fire] = {}
+        self._clock_offset = 0.0   # database clock minus local wall clock, in seconds
+        self._contended = False    # the last claim found due rows all locked by other beats
         self._next_sweep = 0.0
         self._db_backoff = Backoff("Postgres")
         self._broker_backoff = Backoff("broker")
@@ -94,8 +130,9 @@ class Scheduler(beat.Scheduler):
         try:
             self.settings = load(self.app.conf)
             self.dispatcher.send_sent_events = self.settings.send_sent_events
-            self._conn = self._connect()
-            self._prepare_schema(self._conn)
+            self.dispatcher.fast = self.settings.fast_publish
+            self._connect_all()
+            self._prepare_schema(self._ledger)
             if self.settings.import_beat_schedule:
                 self._import_beat_schedule()
         except ConfigError as exc:
@@ -110,9 +147,11 @@ class Scheduler(beat.Scheduler):
         self.close()
         raise SystemExit(1)
 
-    def _connect(self) -> psycopg.Connection:
+    def _connect_all(self) -> None:
         assert self.settings is not None
-        return connect(self.settings.dsn, self.settings.schema, application_name="runledger_beat")
+        self._conn = connect(self.settings.dsn, self.settings.schema, application_name="runledger_beat")
+        self._ledger = connect(self.settings.dsn, self.settings.schema, autocommit=True,
+                               application_name="runledger_beat.ledger")
 
     def _prepare_schema(self, conn: psycopg.Connection) -> None:
         assert self.settings is not None
@@ -130,7 +169,7 @@ class Scheduler(beat.Scheduler):
         if not entries:
             return
         from .importer import sync_beat_schedule
-        report = sync_beat_schedule(self._conn, self.app, entries)
+        report = sync_beat_schedule(self._ledger, self.app, entries)
         log.info("runledger: beat_schedule imported: %s", report)
 
     def _open_listener(self) -> None:
@@ -152,7 +191,7 @@ class Scheduler(beat.Scheduler):
     # -- the loop ---------------------------------------------------------
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        """Run due work, then wait (woken by NOTIFY) until the next fire; return what is left to sleep."""
+        """Run due work, then wait (woken by NOTIFY) until the next thing to do; return what is left to sleep."""
         wait = self.run_once()
         if wait > 0 and self._listen is not None:
             started = time.monotonic()
@@ -162,32 +201,101 @@ class Scheduler(beat.Scheduler):
         return wait
 
     def run_once(self) -> float:
-        """One tick's work without sleeping; returns the seconds until work is next due."""
+        """One tick's work without sleeping; returns the seconds until there is work again."""
         if self.settings is None:
             return self.max_interval
         if self._db_backoff.active:
             return min(self._db_backoff.until - time.monotonic(), self.max_interval)
         try:
-            if self._conn is None or self._conn.closed:
-                self._conn = self._connect()
+            if self._conn is None or self._conn.closed or self._ledger is None or self._ledger.closed:
+                self._drop_db()
+                self._connect_all()
                 self._open_listener()
             self._publish_backlog()
-            for _ in range(MAX_PASSES_PER_TICK):
-                result = run_pass(self._conn, self.settings.batch_size, self.settings.defer_seconds)
-                self._db_backoff.succeeded()
-                if result.fires:
-                    self._after_commit_fault()
-                    self._publish(result.fires)
-                if result.claimed < self.settings.batch_size:
-                    break
+            self._publish_held()
+            if self._group is not None and time.time() >= self._group.commit_at:
+                self._commit_group()
+            self._record()
             if time.monotonic() >= self._next_sweep:
                 self._sweep()
-            due = self._conn.execute(queries.next_due_in).fetchone()["seconds"]
-            self._conn.commit()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            due = None if self._group is not None else self._next_due()
+            self._db_backoff.succeeded()
+        except psycopg.Error as exc:  # lost connection, or a statement the server refused: start afresh
             self._drop_db()
             return min(self._db_backoff.failed(safe_error(exc, self.settings.dsn)), self.max_interval)
         return self._wait_for(due)
+
+    def _record(self) -> None:
+        """Claim and record fires: those due now are committed and published at once,
+        those of the next instant within the lookahead wait in the open transaction."""
+        assert self.settings is not None and self._conn is not None
+        batch = self.settings.batch_size
+        for _ in range(MAX_PASSES_PER_TICK):
+            group = self._group
+            if group is not None and len(group.outgoing) >= MAX_PREPARED:
+                break
+            result = record_pass(self._conn, batch, self.settings.lookahead,
+                                 group.start if group else None, self.settings.defer_seconds)
+            if result.clock_offset is not None:
+                self._clock_offset = result.clock_offset
+            if group is None:
+                self._contended = result.claimed == 0
+            if result.fires:
+                self._add_to_group(result.fires)
+            if self._group is None:
+                self._conn.commit()  # nothing waits: end the claim's transaction now
+            elif time.time() >= self._group.commit_at:
+                self._commit_group()
+            if result.claimed < batch:
+                break
+
+    def _add_to_group(self, fires: list[Fire]) -> None:
+        outgoing = self.dispatcher.prepare(fires, encode=not self._broker_backoff.failing)
+        first = min(f.scheduled_for for f in fires if f.scheduled_for is not None)
+        if self._group is None:
+            self._group = _Group(first, self._local(first), outgoing)
+        else:
+            self._group.outgoing.extend(outgoing)
+            self._group.commit_at = min(self._group.commit_at, self._local(first))
+
+    def _local(self, instant: datetime) -> float:
+        """The local wall-clock time at which the database clock reads ``instant`` (never early)."""
+        return instant.timestamp() - self._clock_offset
+
+    def _commit_group(self) -> None:
+        """Commit the open transaction at its instant and publish what is due; hold the rest."""
+        group, self._group = self._group, None
+        assert group is not None and self._conn is not None
+        skipped = skip_overlapping(self._conn, [o.fire for o in group.outgoing])
+        self._conn.commit()
+        self._after_commit_fault()
+        now = time.time()
+        due: list[Outgoing] = []
+        for item in group.outgoing:
+            if item.fire.id in skipped:
+                continue
+            at = self._local(item.fire.scheduled_for) if item.fire.scheduled_for else now
+            if at <= now:
+                due.append(item)
+            else:
+                self._held_seq += 1
+                bisect.insort(self._held, (at, self._held_seq, item))
+        if skipped:
+            log.info("runledger: skipped %d fire(s): previous run still queued or running", len(skipped))
+        self._publish(due)
+
+    def _publish_held(self) -> None:
+        now = time.time()
+        cut = bisect.bisect_right(self._held, (now, float("inf")))
+        if cut:
+            due = [item for _, _, item in self._held[:cut]]
+            del self._held[:cut]
+            self._publish(due)
+
+    def _next_due(self) -> float | None:
+        assert self.settings is not None and self._ledger is not None
+        row = self._ledger.execute(queries.next_due_in, {"lookahead": float(self.settings.lookahead)}).fetchone()
+        return row["seconds"]
 
     def _wait_for(self, due: float | None) -> float:
         assert self.settings is not None
@@ -197,8 +305,17 @@ class Scheduler(beat.Scheduler):
         if self._backlog:
             cap = min(cap, max(self._broker_backoff.until - time.monotonic(), 0.05))
         cap = min(cap, max(self._next_sweep - time.monotonic(), 0.0))
+        now = time.time()
+        if self._held:
+            cap = min(cap, max(self._held[0][0] - now, 0.0) + WAKE_MARGIN)
+        if self._group is not None:
+            return max(0.0, min(cap, self._group.commit_at - now + WAKE_MARGIN))
         if due is None:
             return cap
+        if self._contended and due <= 0:
+            # Every row in the window is locked by another beat, which fires it at its
+            # instant; look again then (sooner if it is already past: that beat may be gone).
+            due = max(due + self.settings.lookahead, CONTENDED_RETRY)
         return max(0.0, min(cap, due + WAKE_MARGIN))
 
     def _wait_for_change(self, timeout: float) -> bool:
@@ -221,96 +338,96 @@ class Scheduler(beat.Scheduler):
 
     # -- publishing ---------------------------------------------------------
 
-    def _ensure_producer(self) -> Any:
-        if self._producer is None:
-            conn = self.app.connection_for_write()
-            conn.ensure_connection(max_retries=1)
-            self._broker = conn
-            self._producer = self.app.amqp.Producer(conn, auto_declare=False)
-        return self._producer
-
-    def _publish(self, fires: list[Fire]) -> None:
-        """Publish committed fires and mark them sent; on broker failure keep them for later."""
-        if self._broker_backoff.active:
-            self._keep(fires, "broker unavailable")
+    def _publish(self, outgoing: list[Outgoing]) -> None:
+        """Publish committed fires and mark them sent; on failure keep them pending (and in memory on an outage)."""
+        if not outgoing:
             return
-        sent, error = self._send(fires)
-        if error is None:
-            self._broker_backoff.succeeded()
-        else:
-            self._broker_failed(error)
-            self._keep(fires[len(sent):], safe_error(error))
-        if sent:
-            for fire_id in sent:
+        if self._broker_backoff.active:
+            self._keep([o.fire for o in outgoing], "broker unavailable", backlog=True)
+            return
+        started = time.time()
+        result = self.dispatcher.publish(outgoing)
+        if result.sent:
+            for fire_id in result.sent:
                 self._backlog.pop(fire_id, None)
             if self.settings and self.settings.fault_point == "after_publish":
                 os.kill(os.getpid(), signal.SIGKILL)
-            with self._conn.transaction():
-                self._conn.execute(queries.mark_sent, {"ids": sent})
-            log.info("runledger: sent %d fire(s)%s", len(sent),
-                     "" if len(sent) > 3 else ": " + ", ".join(f.schedule_name or f.job_type for f in fires[:len(sent)]))
+            self._ledger.execute(queries.mark_sent, {"ids": result.sent})
+            self._log_sent(outgoing, len(result.sent), started)
+        if result.error is not None:
+            self._broker_backoff.failed(safe_error(result.error))
+        elif result.sent:
+            self._broker_backoff.succeeded()
+        by_reason: dict[str, list[Fire]] = defaultdict(list)
+        for fire, reason in result.failed:
+            by_reason[reason].append(fire)
+        for reason, fires in by_reason.items():
+            self._keep(fires, reason, backlog=result.error is not None)
 
-    def _send(self, fires: list[Fire]) -> tuple[list, BaseException | None]:
-        """Publish fires in order; return the ids sent and the error that stopped the rest, if any."""
-        try:
-            return self.dispatcher.publish(self._ensure_producer(), fires), None
-        except PublishError as exc:
-            return exc.sent, exc.error
-        except Exception as exc:  # connecting to the broker failed
-            return [], exc
-
-    def _broker_failed(self, error: BaseException) -> None:
-        self._broker_backoff.failed(safe_error(error))
-        self._release_broker()
-
-    def _keep(self, fires: list[Fire], error: str) -> None:
-        if not fires:
+    def _log_sent(self, outgoing: list[Outgoing], sent: int, started: float) -> None:
+        if not log.isEnabledFor(logging.INFO):
             return
-        for fire in fires:
-            if len(self._backlog) < MAX_BACKLOG:
-                self._backlog[fire.id] = fire
-        with self._conn.transaction():
-            self._conn.execute(queries.mark_publish_failed, {"ids": [f.id for f in fires], "error": error[:1000]})
+        names = ", ".join(o.fire.schedule_name or o.fire.job_type for o in outgoing[:3]) if sent <= 3 else ""
+        first = min((o.fire.scheduled_for for o in outgoing if o.fire.scheduled_for), default=None)
+        late = f"; began {1000 * (started - self._local(first)):.0f} ms after the instant" if first else ""
+        log.info("runledger: sent %d fire(s)%s%s, confirmed in %.0f ms", sent, ": " + names if names else "",
+                 late, 1000 * (time.time() - started))
+
+    def _keep(self, fires: list[Fire], error: str, backlog: bool) -> None:
+        """Record a failed publish; on a broker outage also keep the fires in memory to republish promptly.
+
+        A fire the broker refused on its own (a bad exchange, say) is left to the
+        recovery sweep, so it cannot hold up the others.
+        """
+        if backlog:
+            for fire in fires:
+                if len(self._backlog) < MAX_BACKLOG:
+                    self._backlog[fire.id] = fire
+        else:
+            for fire in fires:
+                self._backlog.pop(fire.id, None)
+            log.warning("runledger: publishing %d fire(s) failed (%s); the recovery sweep will retry",
+                        len(fires), error)
+        self._ledger.execute(queries.mark_publish_failed, {"ids": [f.id for f in fires], "error": error[:1000]})
 
     def _publish_backlog(self) -> None:
         if self._backlog and not self._broker_backoff.active:
-            self._publish(list(self._backlog.values()))
+            self._publish([Outgoing(f) for f in list(self._backlog.values())])
 
     def _sweep(self) -> None:
-        """Republish ledger rows left pending past the grace (a crashed beat, a failed publish)."""
-        assert self.settings is not None
+        """Republish ledger rows left pending past the grace (a crashed beat, a failed publish); mark lost runs."""
+        assert self.settings is not None and self._ledger is not None
         self._next_sweep = time.monotonic() + max(1.0, min(self.settings.recovery_grace / 2, 10.0))
-        with self._conn.transaction():
-            mark_lost_runs(self._conn, self.settings.lost_after)
+        with self._ledger.transaction():
+            mark_lost_runs(self._ledger, self.settings.lost_after)
         if self._broker_backoff.active:
             return
-        with self._conn.transaction():
-            rows = self._conn.execute(queries.claim_pending_jobs,
-                                      {"grace": self.settings.recovery_grace, "limit": 1000}).fetchall()
+        waiting = {item.fire.id for _, _, item in self._held}
+        with self._ledger.transaction():
+            rows = self._ledger.execute(queries.claim_pending_jobs,
+                                        {"grace": self.settings.recovery_grace, "limit": 1000}).fetchall()
             fires = [Fire(r["id"], r["schedule_id"], r["schedule_name"], r["job_type"], r["payload"],
                           r["options"] or {}, r["scheduled_for"])
-                     for r in rows if r["id"] not in self._backlog]
-            if not fires:
-                return
-            log.info("runledger: recovery sweep republishing %d fire(s)", len(fires))
-            sent, error = self._send(fires)
-            if sent:
-                self._conn.execute(queries.mark_sent, {"ids": sent})
-            if error is not None:
-                self._broker_failed(error)
-                rest = [f.id for f in fires[len(sent):]]
-                self._conn.execute(queries.mark_publish_failed, {"ids": rest, "error": safe_error(error)[:1000]})
+                     for r in rows if r["id"] not in self._backlog and r["id"] not in waiting]
+            if fires:
+                log.info("runledger: recovery sweep republishing %d fire(s)", len(fires))
+                self._publish([Outgoing(f) for f in fires])
 
     # -- shutdown -----------------------------------------------------------
 
     def _drop_db(self) -> None:
-        for conn in (self._conn,):
+        """Close the database connections; an open transaction rolls back, so its fires are claimed again."""
+        if self._group is not None:
+            log.warning("runledger: %d fire(s) recorded ahead rolled back; they will be claimed again",
+                        len(self._group.outgoing))
+        self._group = None
+        for conn in (self._conn, self._ledger):
             if conn is not None:
                 try:
                     conn.close()
                 except Exception:
                     pass
-        self._conn = None
+        self._conn = self._ledger = None
         self._close_listener()
 
     def _close_listener(self) -> None:
@@ -321,22 +438,13 @@ class Scheduler(beat.Scheduler):
                 pass
         self._listen = None
 
-    def _release_broker(self) -> None:
-        if self._broker is not None:
-            try:
-                self._broker.release()
-            except Exception:
-                pass
-        self._broker = None
-        self._producer = None
-
     def sync(self) -> None:
         """Nothing to sync: every change is committed as it happens."""
 
     def close(self) -> None:
         """Release the database and broker connections."""
         self._drop_db()
-        self._release_broker()
+        self.dispatcher.close()
         super().close()
 
     # -- what beat shows ----------------------------------------------------

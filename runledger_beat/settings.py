@@ -10,7 +10,9 @@
 | runledger_poll_interval | 1.0 | seconds between polls when not listening |
 | runledger_recovery_grace | 30.0 | seconds a ledger row may stay unpublished before the sweep republishes it |
 | runledger_defer_seconds | 30.0 | how far a schedule that failed to materialize is pushed out |
-| runledger_send_sent_events | True | send task-sent events (Flower lists fires at once) |
+| runledger_lookahead | 2.0 | seconds ahead a fire is recorded (in an open transaction) and its message built; 0 records at the instant |
+| runledger_fast_publish | True | RabbitMQ: publish pre-encoded frames with windowed confirms (False: Celery's producer, message by message) |
+| runledger_send_sent_events | task_send_sent_event | send task-sent events (Flower lists fires before a worker takes them) |
 | runledger_import_beat_schedule | True | import app.conf.beat_schedule into the table at start |
 | runledger_lost_after | 3600.0 | seconds a started run may go without finishing before it is marked lost (when it has no time_limit) |
 """
@@ -23,6 +25,9 @@ from typing import Any
 
 from .db import DEFAULT_SCHEMA, ConfigError, check_schema_name
 
+#: Longest lookahead accepted: a fire's schedule row stays locked that long before its instant.
+MAX_LOOKAHEAD = 60.0
+
 _DEFAULTS: dict[str, Any] = {
     "runledger_schema": DEFAULT_SCHEMA,
     "runledger_batch_size": 1000,
@@ -31,7 +36,9 @@ _DEFAULTS: dict[str, Any] = {
     "runledger_poll_interval": 1.0,
     "runledger_recovery_grace": 30.0,
     "runledger_defer_seconds": 30.0,
-    "runledger_send_sent_events": True,
+    "runledger_lookahead": 2.0,
+    "runledger_fast_publish": True,
+    "runledger_send_sent_events": None,  # None: follow Celery's task_send_sent_event
     "runledger_import_beat_schedule": True,
     "runledger_lost_after": 3600.0,
     # Test-only fault point: "after_commit" / "after_publish" SIGKILL beat there.
@@ -51,6 +58,8 @@ class Settings:
     poll_interval: float
     recovery_grace: float
     defer_seconds: float
+    lookahead: float
+    fast_publish: bool
     send_sent_events: bool
     import_beat_schedule: bool
     lost_after: float
@@ -75,6 +84,21 @@ def _number(conf: Any, key: str, kind: type, minimum: float) -> Any:
     return number
 
 
+def _lookahead(conf: Any) -> float:
+    value = _number(conf, "runledger_lookahead", float, 0)
+    if value > MAX_LOOKAHEAD:
+        raise ConfigError(f"runledger_lookahead: at most {MAX_LOOKAHEAD:g} seconds (schedule rows stay locked "
+                          f"that long), got {value!r}")
+    return value
+
+
+def _sent_events(conf: Any) -> bool:
+    value = _get(conf, "runledger_send_sent_events")
+    if value is None:
+        value = conf.get("task_send_sent_event") if hasattr(conf, "get") else False
+    return bool(value)
+
+
 def dsn_from(conf: Any) -> str | None:
     """The DSN from runledger_dsn, else the RUNLEDGER_DSN environment variable."""
     return conf.get("runledger_dsn") or conf.get("RUNLEDGER_DSN") or os.environ.get("RUNLEDGER_DSN") or None
@@ -94,7 +118,9 @@ def load(conf: Any) -> Settings:
         poll_interval=_number(conf, "runledger_poll_interval", float, 0.05),
         recovery_grace=_number(conf, "runledger_recovery_grace", float, 0),
         defer_seconds=_number(conf, "runledger_defer_seconds", float, 0),
-        send_sent_events=bool(_get(conf, "runledger_send_sent_events")),
+        lookahead=_lookahead(conf),
+        fast_publish=bool(_get(conf, "runledger_fast_publish")),
+        send_sent_events=bool(_sent_events(conf)),
         import_beat_schedule=bool(_get(conf, "runledger_import_beat_schedule")),
         lost_after=_number(conf, "runledger_lost_after", float, 1),
         fault_point=_get(conf, "runledger_fault_point"),

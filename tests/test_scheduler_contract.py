@@ -37,7 +37,8 @@ def test_entry_point_alias_resolves_to_the_scheduler():
 
 
 def test_run_once_returns_seconds_until_next_fire_capped(pg_dsn, schema, db):
-    scheduler = Scheduler(_app(pg_dsn, schema, runledger_listen=False, runledger_poll_interval=30))
+    scheduler = Scheduler(_app(pg_dsn, schema, runledger_listen=False, runledger_poll_interval=30,
+                               runledger_lookahead=0))
     try:
         assert scheduler.run_once() == pytest.approx(scheduler.max_interval, abs=0.01)  # nothing scheduled
         db.execute("INSERT INTO job_schedules (id, name, job_type, cron_expr, next_fire_at)"
@@ -49,6 +50,30 @@ def test_run_once_returns_seconds_until_next_fire_capped(pg_dsn, schema, db):
     finally:
         scheduler.close()
     assert scheduler._conn is None and scheduler._listen is None
+
+
+def test_lookahead_records_ahead_and_commits_at_the_instant(pg_dsn, schema, db):
+    scheduler = Scheduler(_app(pg_dsn, schema, runledger_listen=False, runledger_poll_interval=5,
+                               runledger_lookahead=2.0))
+    try:
+        db.execute("INSERT INTO job_schedules (id, name, job_type, cron_expr, next_fire_at)"
+                   " VALUES (gen_random_uuid(), 'soon', 'x', '0 0 1 1 *', now() + interval '3 seconds')")
+        assert 0.9 < scheduler.run_once() <= 1.01  # wakes when the fire enters the 2 s window
+        instant = db.execute("SELECT next_fire_at FROM job_schedules").fetchone()["next_fire_at"]
+        wait_for(lambda: scheduler.run_once() > 1.0 and scheduler._group is not None, timeout=3,
+                 message="the fire recorded ahead")
+        # Recorded but not committed: invisible to others, the schedule row locked.
+        assert count(db, "SELECT count(*) AS n FROM jobs") == 0
+        with db.transaction():
+            assert db.execute("SELECT id FROM job_schedules FOR UPDATE SKIP LOCKED").fetchall() == []
+        wait_for(lambda: scheduler.run_once() is not None and count(db, "SELECT count(*) AS n FROM jobs") == 1,
+                 timeout=4, interval=0.001, message="the fire committed at its instant")
+        row = db.execute("SELECT scheduled_for, sent_at, clock_timestamp() AS now FROM jobs").fetchone()
+        assert row["scheduled_for"] == instant
+        assert row["sent_at"] is not None and row["sent_at"] >= instant  # never early
+        assert (row["sent_at"] - instant).total_seconds() < 0.5
+    finally:
+        scheduler.close()
 
 
 def test_tick_wakes_at_once_on_notify(pg_dsn, schema, db):

@@ -27,85 +27,110 @@ INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
 SELECT to_regclass(%(table)s) IS NOT NULL AS ready;
 
 -- mark_internal --
--- Beat's own cursor moves must not wake the other beats.
-SELECT set_config('runledger.internal', 'on', true);
+-- Beat's own cursor moves must not wake the other beats; also reads the database clock.
+SELECT set_config('runledger.internal', 'on', true), clock_timestamp() AS db_clock;
 
 -- claim_due_schedules --
--- Lock up to %(limit)s due schedules, judged by the database clock; rows another beat holds are skipped.
+-- Lock up to %(limit)s schedules due by the horizon (database clock), oldest first; rows another beat holds are skipped.
+-- The horizon is the statement time plus %(lookahead)s seconds, cut to %(group_window)s seconds after the first
+-- pending instant (%(group_start)s, else the earliest active cursor), so one transaction prepares one instant.
+-- Rows already due are always taken. Statement time, not now(): the transaction may have begun earlier.
 SELECT s.id, s.name, s.job_type, s.organization_id, s.payload_template, s.kind,
        s.cron_expr, s.cron_day_and, s.interval_seconds, s.run_at, s.anchor_at,
        s.timezone, s.next_fire_at, s.max_jitter_seconds, s.options,
        s.misfire_policy, s.misfire_grace_seconds, s.overlap_policy,
        s.start_at, s.end_at,
-       (s.overlap_policy = 'skip' AND EXISTS (
-            SELECT 1 FROM jobs j
-             WHERE j.schedule_id = s.id
-               AND j.status IN ('pending', 'sent', 'received', 'started', 'retry'))) AS busy,
-       now() AS db_now
+       statement_timestamp() AS db_now
   FROM job_schedules s
- WHERE s.is_active AND s.next_fire_at <= now()
+ WHERE s.is_active
+   AND s.next_fire_at <= least(
+         statement_timestamp() + make_interval(secs => %(lookahead)s),
+         greatest(statement_timestamp(),
+                  coalesce(%(group_start)s::timestamptz,
+                           (SELECT min(f.next_fire_at) FROM job_schedules f WHERE f.is_active))
+                  + make_interval(secs => %(group_window)s)))
  ORDER BY s.next_fire_at
  LIMIT %(limit)s
    FOR UPDATE OF s SKIP LOCKED;
 
 -- insert_fires --
--- Record a batch of fires as ledger rows; a slot already recorded is left alone.
+-- Record a batch of fires as ledger rows; a slot already recorded is left alone. Parameters travel in binary.
 INSERT INTO jobs (id, schedule_id, schedule_name, scheduled_for, job_type,
-                  organization_id, payload, options, stage, status, last_error, finished_at)
+                  organization_id, payload, options, stage, status, last_error, created_at, finished_at)
 SELECT f.id, s.id, s.name, f.scheduled_for, s.job_type,
-       s.organization_id, f.payload, s.options, 'scheduled', f.status, f.note,
-       CASE WHEN f.status = 'skipped' THEN now() END
-  FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[],
-              %(scheduled_fors)s::timestamptz[], %(payloads)s::jsonb[],
-              %(statuses)s::text[], %(notes)s::text[])
+       s.organization_id, f.payload::jsonb, s.options, 'scheduled', f.status, f.note, statement_timestamp(),
+       CASE WHEN f.status = 'skipped' THEN statement_timestamp() END
+  FROM unnest(%(ids)b::uuid[], %(schedule_ids)b::uuid[],
+              %(scheduled_fors)b::timestamptz[], %(payloads)b::text[],
+              %(statuses)b::text[], %(notes)b::text[])
        AS f(id, schedule_id, scheduled_for, payload, status, note)
   JOIN job_schedules s ON s.id = f.schedule_id
 ON CONFLICT (schedule_id, scheduled_for) WHERE stage = 'scheduled' DO NOTHING
 RETURNING id;
 
 -- advance_cursors --
--- Move each claimed schedule's cursor; a schedule with no next fire is deactivated.
+-- Move each claimed schedule's cursor; a schedule with no next fire is deactivated. A fire recorded ahead
+-- counts as fired at its instant (s.next_fire_at here is the slot just recorded).
 UPDATE job_schedules s
    SET next_fire_at  = u.next_fire_at,
-       last_fired_at = CASE WHEN u.fired THEN now() ELSE s.last_fired_at END,
+       last_fired_at = CASE WHEN u.fired THEN greatest(statement_timestamp(), s.next_fire_at)
+                            ELSE s.last_fired_at END,
        is_active     = u.next_fire_at IS NOT NULL,
-       updated_at    = now()
-  FROM unnest(%(ids)s::uuid[], %(next_fire_ats)s::timestamptz[], %(fired)s::boolean[])
+       updated_at    = statement_timestamp()
+  FROM unnest(%(ids)b::uuid[], %(next_fire_ats)b::timestamptz[], %(fired)b::boolean[])
        AS u(id, next_fire_at, fired)
  WHERE s.id = u.id;
+
+-- existing_schedules --
+-- Which of these schedules still exist (to name the one that vanished mid-batch).
+SELECT id FROM job_schedules WHERE id = ANY(%(ids)b::uuid[]);
+
+-- skip_overlapping_fires --
+-- Just before commit: fires of overlap-skip schedules whose previous run is still queued or running are skipped.
+-- A later slot recorded in the same transaction is not a previous run.
+UPDATE jobs f
+   SET status = 'skipped', finished_at = statement_timestamp(),
+       last_error = 'overlap: previous run still queued or running'
+ WHERE f.id = ANY(%(ids)b::uuid[])
+   AND EXISTS (SELECT 1 FROM jobs p
+                WHERE p.schedule_id = f.schedule_id AND p.id <> f.id
+                  AND (p.stage = 'manual' OR p.scheduled_for < f.scheduled_for)
+                  AND p.status IN ('pending', 'sent', 'received', 'started', 'retry'))
+RETURNING f.id;
 
 -- defer_schedule --
 -- Push a schedule that failed to materialize out of the due window.
 UPDATE job_schedules
-   SET next_fire_at = now() + make_interval(secs => %(delay)s),
-       updated_at = now()
+   SET next_fire_at = statement_timestamp() + make_interval(secs => %(delay)s),
+       updated_at = statement_timestamp()
  WHERE id = %(id)s;
 
 -- next_due_in --
--- Seconds from the database clock to the earliest active cursor (NULL when none).
-SELECT extract(epoch FROM (min(next_fire_at) - now()))::float8 AS seconds
+-- Seconds from the database clock until the earliest active cursor is %(lookahead)s seconds away (NULL when none).
+SELECT extract(epoch FROM (min(next_fire_at) - statement_timestamp()))::float8 - %(lookahead)s::float8 AS seconds
   FROM job_schedules
  WHERE is_active;
 
 -- mark_sent --
 -- Fires handed to the broker; a row a worker already moved on is left alone.
 UPDATE jobs
-   SET status = 'sent', sent_at = now(),
+   SET status = 'sent', sent_at = statement_timestamp(),
        dispatch_attempts = dispatch_attempts + 1, last_error = NULL
- WHERE id = ANY(%(ids)s::uuid[]) AND status = 'pending';
+ WHERE id = ANY(%(ids)b::uuid[]) AND status = 'pending';
 
 -- mark_publish_failed --
 -- Count a failed publish and keep its error; the row stays pending for the sweep.
 UPDATE jobs
    SET dispatch_attempts = dispatch_attempts + 1, last_error = %(error)s
- WHERE id = ANY(%(ids)s::uuid[]) AND status = 'pending';
+ WHERE id = ANY(%(ids)b::uuid[]) AND status = 'pending';
 
 -- claim_pending_jobs --
--- Ledger rows still unpublished after the grace (manual triggers at once), locked for one sweeper.
+-- Ledger rows still unpublished past the grace after their instant (manual triggers at once), locked for one sweeper.
 SELECT id, job_type, payload, options, schedule_id, schedule_name, scheduled_for
   FROM jobs
  WHERE status = 'pending'
-   AND (stage = 'manual' OR created_at < now() - make_interval(secs => %(grace)s))
+   AND (stage = 'manual'
+        OR greatest(created_at, scheduled_for) < statement_timestamp() - make_interval(secs => %(grace)s))
  ORDER BY created_at
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;

@@ -1,0 +1,87 @@
+"""Limits: how fast RabbitMQ takes messages from a raw kombu producer and from Celery's send_task.
+
+Both publish N persistent messages to a fresh durable queue on one connection,
+timed from the first publish until all N are in the queue (the same finish line
+as the burst benchmark). The call loop alone is reported too.
+
+    .venv/bin/python bench/bench_limits.py --n 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from celery import Celery  # noqa: E402
+from kombu import Connection, Exchange, Producer, Queue  # noqa: E402
+
+from bench.common import AMQP, DepthProbe, declare_queue, delete_queue, emit, token  # noqa: E402
+
+
+def _until_queued(queue: str, n: int, publish_all) -> tuple[float, float]:
+    """(seconds for the publish loop, seconds until all n are queued)."""
+    depth = DepthProbe(queue)
+    try:
+        started = time.perf_counter()
+        publish_all()
+        looped = time.perf_counter() - started
+        deadline = time.perf_counter() + 60
+        while depth() < n and time.perf_counter() < deadline:
+            time.sleep(0.002)
+        return looped, time.perf_counter() - started
+    finally:
+        depth.close()
+
+
+def raw_kombu(n: int) -> dict:
+    """Raw kombu Producer.publish of a small JSON body, persistent, default exchange."""
+    queue = f"bench_raw_{token()}"
+    declare_queue(queue)
+    try:
+        with Connection(AMQP) as conn:
+            producer = Producer(conn.default_channel, exchange=Exchange("", type="direct"))
+            q = Queue(queue, routing_key=queue)
+
+            def publish_all() -> None:
+                for i in range(n):
+                    producer.publish({"i": i}, routing_key=q.routing_key, serializer="json", delivery_mode=2)
+
+            looped, queued = _until_queued(queue, n, publish_all)
+    finally:
+        delete_queue(queue)
+    return emit({"bench": "limits", "what": "raw kombu publish", "n": n, "per_s": round(n / queued),
+                 "call_loop_per_s": round(n / looped)})
+
+
+def send_task(n: int) -> dict:
+    """Celery's app.send_task on one producer, as a user's code would send N tasks."""
+    queue = f"bench_send_{token()}"
+    declare_queue(queue)
+    app = Celery("bench_limits", broker=AMQP)
+    try:
+        with app.producer_or_acquire() as producer:
+            def publish_all() -> None:
+                for i in range(n):
+                    app.send_task("bench.noop", (i,), queue=queue, producer=producer)
+
+            looped, queued = _until_queued(queue, n, publish_all)
+    finally:
+        delete_queue(queue)
+    return emit({"bench": "limits", "what": "celery send_task", "n": n, "per_s": round(n / queued),
+                 "call_loop_per_s": round(n / looped)})
+
+
+def main() -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10000)
+    args = parser.parse_args()
+    return [raw_kombu(args.n), send_task(args.n)]
+
+
+if __name__ == "__main__":
+    main()

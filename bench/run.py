@@ -1,0 +1,232 @@
+"""Run every benchmark in one go: JSON lines as they come, then markdown tables and bench/burst.png.
+
+    .venv/bin/python bench/run.py            # everything, as in the README (about 25 minutes: the anchors are slow)
+    .venv/bin/python bench/run.py --quick    # a smaller pass: N 1k/10k, one repeat, anchors at 1k, lag 60 s
+
+Needs the bench extras (`pip install -e .[dev,bench]`) and the services the
+tests use. Each burst is repeated (--repeat) and reported by its median;
+every run is kept in bench/results/<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import bench_anchors, bench_burst, bench_lag, bench_limits, bench_scale  # noqa: E402
+from bench.common import ROOT, machine  # noqa: E402
+
+PLOT = ROOT / "bench" / "burst.png"
+
+
+def _median_runs(runs: list[dict]) -> dict:
+    """The run with the median time after the due instant, with the spread of all runs."""
+    ordered = sorted(runs, key=lambda r: r["seconds_after_due"])
+    middle = dict(ordered[len(ordered) // 2])
+    middle["runs"] = len(runs)
+    middle["min_s"], middle["max_s"] = ordered[0]["seconds_after_due"], ordered[-1]["seconds_after_due"]
+    middle["duplicates_any_run"] = sum(r.get("duplicate_rows", 0) + max(r.get("duplicate_messages", 0), 0)
+                                       for r in runs)
+    return middle
+
+
+def collect(args: argparse.Namespace) -> dict:
+    """Run the benchmarks; returns every figure."""
+    out: dict = {"machine": machine(), "limits": [], "burst": [], "burst_runs": [], "anchors": [], "variants": []}
+    out["limits"] = [bench_limits.raw_kombu(args.limits_n), bench_limits.send_task(args.limits_n)]
+    for n in args.n:
+        for beats in (1, 3):
+            repeat = args.repeat if n <= 10_000 else 1
+            runs = [bench_burst.burst(n, beats) for _ in range(repeat)]
+            out["burst_runs"].extend(runs)
+            out["burst"].append(_median_runs(runs))
+    # The same 10k burst down the other roads: a tracing receiver connected (Celery's own publish path,
+    # message by message), and no lookahead (recorded and built at the instant).
+    for label, extra, env in (("Celery path (a before_task_publish receiver connected)", {}, {"BENCH_RECEIVER": "1"}),
+                              ("no lookahead (runledger_lookahead = 0)", {"runledger_lookahead": 0}, {})):
+        runs = [bench_burst.burst(10_000, 1, extra, env_extra=env) for _ in range(max(1, args.repeat // 2))]
+        out["burst_runs"].extend(runs)
+        out["variants"].append(dict(_median_runs(runs), variant=label))
+    out["lag"] = bench_lag.lag(1000, args.lag_seconds)
+    out["scale"] = [bench_scale.scale(n, args.scale_window) for n in (100, 100_000)]
+    for n in args.anchor_n:
+        for kind in ("redbeat", "django", "persistent"):
+            out["anchors"].append(bench_anchors.anchor(kind, n))
+    # The limits again at the end: the machine's state drifts over a long run; the ratio uses the mean.
+    out["limits_end"] = [bench_limits.raw_kombu(args.limits_n), bench_limits.send_task(args.limits_n)]
+    return out
+
+
+def _burst(out: dict, n: int, beats: int) -> dict | None:
+    return next((r for r in out["burst"] if r["n"] == n and r["beats"] == beats), None)
+
+
+def _limit(out: dict, what: str) -> float:
+    values = [r["per_s"] for r in out["limits"] + out.get("limits_end", []) if r["what"] == what]
+    return statistics.mean(values)
+
+
+def targets(out: dict) -> list[tuple[str, str, bool]]:
+    """(target, measured, met) for each of issue 6's targets."""
+    rows = []
+    send_task = _limit(out, "celery send_task")
+    one = _burst(out, 10_000, 1)
+    if one:
+        rows.append(("burst 10k, one beat: recorded and published within 1.0 s",
+                     f"{one['seconds_after_due']} s (median of {one['runs']}; {one['min_s']}–{one['max_s']})",
+                     one["seconds_after_due"] <= 1.0))
+        rows.append(("burst 10k, one beat: ≥ 10,000 fires/s", f"{one['fires_per_s']:,} fires/s",
+                     one["fires_per_s"] >= 10_000))
+        rows.append(("burst 10k, one beat: ≥ 3× send_task measured in the same run",
+                     f"{one['fires_per_s'] / send_task:.2f}× ({send_task:,.0f} send_task/s)",
+                     one["fires_per_s"] >= 3 * send_task))
+    three = _burst(out, 10_000, 3)
+    if one and three:
+        dup = sum(r["duplicates_any_run"] for r in out["burst"] if r["beats"] == 3)
+        rows.append(("three beats: throughput no lower than one beat's",
+                     f"{three['fires_per_s']:,} vs {one['fires_per_s']:,} fires/s",
+                     three["fires_per_s"] >= one["fires_per_s"]))
+        rows.append(("three beats: zero duplicates", f"{dup} in every three-beat run", dup == 0))
+    lag = out.get("lag")
+    if lag:
+        rows.append(("lag: p99 ≤ 50 ms (1,000 schedules on distinct seconds)",
+                     f"p50 {lag['p50_ms']} ms, p99 {lag['p99_ms']} ms, max {lag['max_ms']} ms ({lag['fires']} fires)",
+                     lag["p99_ms"] <= 50))
+    scale = {r["schedules"]: r for r in out.get("scale", [])}
+    if 100 in scale and 100_000 in scale:
+        grew = scale[100_000]["rss_mb"] - scale[100]["rss_mb"]
+        rows.append(("scale: RSS with 100,000 ≤ RSS with 100 + 20 MB",
+                     f"{scale[100]['rss_mb']} → {scale[100_000]['rss_mb']} MB (+{grew:.1f})", grew <= 20))
+        cpu = max(scale[100]["idle_cpu_percent"], scale[100_000]["idle_cpu_percent"])
+        rows.append(("scale: idle CPU under 1 %",
+                     f"{scale[100]['idle_cpu_percent']} % / {scale[100_000]['idle_cpu_percent']} %", cpu < 1))
+    return rows
+
+
+def tables(out: dict) -> str:
+    m = out["machine"]
+    lines = [f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), Python {m['python']}, "
+             f"PostgreSQL {m['postgres']}, RabbitMQ {m['rabbitmq']}, all on loopback.", "",
+             "| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {t} | {v} | {'yes' if ok else 'NO'} |" for t, v, ok in targets(out)]
+    lines += ["", "Burst: N schedules due at one instant, until all are in the ledger and in the queue.", "",
+              "| N | beats | s after the instant (median) | fires/s | runs (min–max s) | peak RSS per beat | duplicates |",
+              "|---|---|---|---|---|---|---|"]
+    for r in out["burst"]:
+        lines.append(f"| {r['n']:,} | {r['beats']} | {r['seconds_after_due']} | {r['fires_per_s']:,} | "
+                     f"{r['runs']} ({r['min_s']}–{r['max_s']}) | {r['peak_rss_mb']} MB | {r['duplicates_any_run']} |")
+    ours = _burst(out, 10_000, 1)
+    if ours and out.get("variants"):
+        lines += ["", "Roads to the broker, 10k burst, one beat:", "",
+                  "| road | s after the instant (median) | fires/s |", "|---|---|---|",
+                  f"| fast path, lookahead 2 s (default) | {ours['seconds_after_due']} | {ours['fires_per_s']:,} |"]
+        lines += [f"| {v['variant']} | {v['seconds_after_due']} | {v['fires_per_s']:,} |" for v in out["variants"]]
+    send_task, raw = _limit(out, "celery send_task"), _limit(out, "raw kombu publish")
+    lines += ["", "Anchors and limits: the same burst, same broker; ratio = runledger (one beat) ÷ the other.", "",
+              "| N | scheduler | s after the instant | fires/s | runledger is |", "|---|---|---|---|---|"]
+    for n in sorted({a["n"] for a in out["anchors"]}):
+        ours = _burst(out, n, 1)
+        if not ours:
+            continue
+        lines.append(f"| {n:,} | runledger_beat (1 beat) | {ours['seconds_after_due']} | {ours['fires_per_s']:,} | 1× |")
+        for a in sorted((a for a in out["anchors"] if a["n"] == n), key=lambda a: -a["fires_per_s"]):
+            lines.append(f"| {n:,} | {a['label']} | {a['seconds_after_due']} | {a['fires_per_s']:,} | "
+                         f"{ours['fires_per_s'] / a['fires_per_s']:.0f}× faster |")
+    ours = _burst(out, 10_000, 1)
+    if ours:
+        lines.append(f"| limit | Celery send_task, 10k messages | | {send_task:,.0f} | "
+                     f"{ours['fires_per_s'] / send_task:.1f}× |")
+        lines.append(f"| limit | raw kombu publish, 10k small messages | | {raw:,.0f} | "
+                     f"{ours['fires_per_s'] / raw:.2f}× |")
+    lag, scale = out.get("lag"), out.get("scale", [])
+    if lag:
+        lines += ["", f"Lag ({lag['schedules']:,} schedules, {lag['seconds']:.0f} s, {lag['fires']:,} fires; arrival at a "
+                      f"consumer − scheduled_for): p50 {lag['p50_ms']} ms, p99 {lag['p99_ms']} ms, max {lag['max_ms']} ms. "
+                      f"Ledger sent_at (after the broker's confirm): p50 {lag['sent_at_p50_ms']} ms, "
+                      f"p99 {lag['sent_at_p99_ms']} ms."]
+    for r in scale:
+        lines.append(f"Scale: {r['schedules']:,} schedules, none due: RSS {r['rss_mb']} MB, idle CPU "
+                     f"{r['idle_cpu_percent']} % over {r['window_s']:.0f} s.")
+    return "\n".join(lines)
+
+
+def plot(out: dict, path: Path = PLOT) -> None:
+    """Fires/s per scheduler at each N (log scale, limits as lines) and time after the instant vs N."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    ns = sorted({a["n"] for a in out["anchors"]} | {r["n"] for r in out["burst"] if r["n"] <= 10_000})
+    series = [("runledger_beat, 1 beat", [(_burst(out, n, 1) or {}).get("fires_per_s") for n in ns]),
+              ("runledger_beat, 3 beats", [(_burst(out, n, 3) or {}).get("fires_per_s") for n in ns])]
+    for kind in ("redbeat", "django", "persistent"):
+        found = {a["n"]: a for a in out["anchors"] if a["scheduler"] == kind}
+        if found:
+            series.append((next(iter(found.values()))["label"], [found.get(n, {}).get("fires_per_s") for n in ns]))
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series):
+        xs = [j + i * width for j, v in enumerate(values) if v]
+        left.bar(xs, [v for v in values if v], width, label=label)
+    left.axhline(_limit(out, "celery send_task"), ls="--", c="grey", lw=1)
+    left.text(-0.4, _limit(out, "celery send_task") * 1.1, "Celery send_task", fontsize=8, color="grey")
+    left.axhline(_limit(out, "raw kombu publish"), ls=":", c="grey", lw=1)
+    left.text(-0.4, _limit(out, "raw kombu publish") * 1.1, "raw kombu publish", fontsize=8, color="grey")
+    left.set_yscale("log")
+    left.set_xticks([j + 0.4 - width / 2 for j in range(len(ns))], [f"N = {n:,}" for n in ns])
+    left.set_ylabel("fires per second (N / time after the instant)")
+    left.set_title("Burst: N schedules due at one instant")
+    left.legend(fontsize=8, loc="lower right")
+    for beats, marker in ((1, "o"), (3, "s")):
+        pts = sorted((r["n"], r["seconds_after_due"]) for r in out["burst"] if r["beats"] == beats)
+        right.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=f"runledger_beat, {beats} beat(s)")
+    right.axhline(1.0, ls="--", c="red", lw=1)
+    right.text(min(r["n"] for r in out["burst"]), 1.05, "1 s", color="red", fontsize=8)
+    right.set_xscale("log")
+    right.set_xlabel("N due at one instant")
+    right.set_ylabel("seconds until all in ledger and queue")
+    right.set_title("runledger_beat: time after the instant")
+    right.legend(fontsize=8)
+    m = out["machine"]
+    fig.suptitle(f"{m['date']} · {m['cores']} cores · PostgreSQL {m['postgres']} · RabbitMQ {m['rabbitmq']}",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--from-json", type=Path, help="redraw tables and plot from a saved results file")
+    args = parser.parse_args()
+    args.n = [1000, 10_000] if args.quick else [1000, 10_000, 100_000]
+    args.repeat = 1 if args.quick else 5
+    args.anchor_n = [1000] if args.quick else [1000, 10_000]
+    args.lag_seconds = 60 if args.quick else 120
+    args.scale_window = 15 if args.quick else 30
+    args.limits_n = 10_000
+    if args.from_json:
+        out = json.loads(args.from_json.read_text())
+    else:
+        started = time.time()
+        out = collect(args)
+        out["took_s"] = round(time.time() - started)
+        results = ROOT / "bench" / "results"
+        results.mkdir(exist_ok=True)
+        saved = results / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+        saved.write_text(json.dumps(out, indent=1))
+        print(f"\nsaved {saved.relative_to(ROOT)}", file=sys.stderr)
+    plot(out)
+    print("\n" + tables(out))
+    print(f"\nplot: {PLOT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

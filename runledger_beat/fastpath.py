@@ -1,0 +1,248 @@
+"""The fast path to RabbitMQ: stock Celery messages, encoded ahead, written in bulk, confirmed per window.
+
+Three pieces, each small:
+
+* ``Encoder`` runs Celery's own ``send_task_message`` (through
+  ``Dispatcher.send_with``) on a producer whose channel captures the
+  ``amqp.Message`` instead of sending it, then encodes it to wire frames with
+  py-amqp's own ``frame_writer``. The bytes are what ``basic_publish`` would
+  have written, so a stock worker and Flower see a stock message.
+* ``ConfirmChannel`` is a py-amqp channel in confirm mode. It writes the frames
+  of up to CHUNK_MESSAGES messages per socket write, keeps at most
+  WINDOW_MESSAGES unconfirmed, and reports which fires the broker acked,
+  which it refused, and which were left unresolved when the channel broke.
+* ``retarget`` rewrites the channel id of encoded frames, for the rare case the
+  channel was reopened between encoding and writing.
+
+Why: building a Celery message costs ~35 µs and encoding its header table
+~20 µs of pure Python. Done ahead of the fire's instant (see the scheduler's
+lookahead), the instant itself costs one ``sendall`` per chunk, and RabbitMQ's
+own ingest rate is the limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import amqp
+from amqp import spec
+from amqp.method_framing import frame_writer
+from amqp.serialization import dumps
+from kombu import Producer
+from kombu.common import maybe_declare
+from kombu.exceptions import OperationalError
+from kombu.transport import pyamqp
+
+if TYPE_CHECKING:
+    from .dispatch import Dispatcher, Outgoing
+
+#: Messages whose frames are joined into one socket write.
+CHUNK_MESSAGES = 500
+#: Messages allowed in flight without a publisher confirm.
+WINDOW_MESSAGES = 5000
+#: Seconds to wait for the broker's confirms (or for a blocked socket write).
+CONFIRM_TIMEOUT = 10.0
+_PUBLISH_ARGS = "Bssbb"  # basic.publish: ticket, exchange, routing_key, mandatory, immediate
+
+
+def supported(conn: Any) -> bool:
+    """Whether the kombu connection ``conn`` uses py-amqp (RabbitMQ), the fast path's transport."""
+    try:
+        return isinstance(conn.transport, pyamqp.Transport)
+    except Exception:
+        return False
+
+
+def is_connection_error(exc: BaseException, conn: Any) -> bool:
+    """True when ``exc`` means the broker connection is gone (not a fault of one message)."""
+    if isinstance(exc, (OSError, OperationalError, amqp.exceptions.ConnectionError)):
+        return True
+    if conn is None:
+        return False
+    try:
+        return isinstance(exc, tuple(conn.connection_errors)) and not isinstance(exc, tuple(conn.channel_errors))
+    except Exception:
+        return False
+
+
+def retarget(frames: bytes, channel_id: int) -> bytes:
+    """The same AMQP frames addressed to ``channel_id`` (frame: type, channel, size, payload, 0xCE)."""
+    out = bytearray(frames)
+    channel = channel_id.to_bytes(2, "big")
+    i = 0
+    while i < len(out):
+        size = int.from_bytes(out[i + 3:i + 7], "big")
+        out[i + 1:i + 3] = channel
+        i += 8 + size
+    return bytes(out)
+
+
+class _CaptureChannel:
+    """Stands in for a py-amqp channel: kombu's own prepare_message, a basic_publish that records."""
+
+    prepare_message = pyamqp.Channel.prepare_message
+
+    def __init__(self) -> None:
+        self.captured: tuple | None = None
+
+    def basic_publish(self, message: Any, exchange: str = "", routing_key: str = "",
+                      mandatory: bool = False, immediate: bool = False, **_: Any) -> None:
+        self.captured = (message, exchange, routing_key, mandatory, immediate)
+
+
+class _CaptureProducer(Producer):
+    """A kombu Producer that records the entities it would declare instead of declaring them."""
+
+    def __init__(self, channel: _CaptureChannel, declared: list) -> None:
+        self.declared = declared
+        super().__init__(channel, auto_declare=False)
+
+    def maybe_declare(self, entity: Any, retry: bool = False, **retry_policy: Any) -> None:
+        self.declared.append(entity)
+
+
+class _FrameLimits:
+    """What frame_writer reads of a connection: the frame size and a sent-frames counter."""
+
+    def __init__(self, frame_max: int) -> None:
+        self.frame_max = frame_max
+        self.bytes_sent = 0
+
+
+class Encoder:
+    """Celery's message for a fire, as the AMQP frames basic_publish would write."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.channel = _CaptureChannel()
+        self.declared: list = []
+        self.producer = _CaptureProducer(self.channel, self.declared)
+        self.parts: list[bytes] = []
+        self._writers: dict[int, Callable] = {}
+
+    def write(self, data: Any) -> None:  # frame_writer's transport
+        self.parts.append(bytes(data))
+
+    def encode(self, fire: Any, channel_id: int, frame_max: int) -> tuple[bytes, tuple]:
+        """(frames, entities to declare) of one fire's message on ``channel_id``."""
+        self.declared.clear()
+        self.channel.captured = None
+        self.dispatcher.send_with(self.producer, fire, sent_event=False)
+        if self.channel.captured is None:
+            raise RuntimeError("Celery's send_task_message published nothing")
+        message, exchange, routing_key, mandatory, immediate = self.channel.captured
+        writer = self._writers.get(frame_max)
+        if writer is None:
+            writer = self._writers[frame_max] = frame_writer(_FrameLimits(frame_max), self)
+        self.parts.clear()
+        writer(1, channel_id, spec.Basic.Publish,
+               dumps(_PUBLISH_ARGS, (0, exchange, routing_key, mandatory, immediate)), message)
+        return b"".join(self.parts), tuple(self.declared)
+
+
+class ConfirmChannel:
+    """A py-amqp channel in confirm mode that publishes encoded fires in chunks."""
+
+    def __init__(self, kombu_conn: Any) -> None:
+        self.kombu_conn = kombu_conn
+        self.connection = kombu_conn.connection  # the amqp.Connection
+        self.channel = self.connection.channel()
+        self.channel.confirm_select()
+        self.channel.events["basic_ack"].add(self._on_ack)
+        self.channel.events["basic_nack"].add(self._on_nack)
+        self.next_tag = 1
+        self.broken = False  # after an error: never reused
+        self._base = 1
+        self._status = bytearray()  # per message of the current publish: 0 waiting, 1 acked, 2 nacked
+        self._resolved = 0
+
+    @property
+    def channel_id(self) -> int:
+        return self.channel.channel_id
+
+    @property
+    def frame_max(self) -> int:
+        return self.connection.frame_max
+
+    def usable(self) -> bool:
+        return not self.broken and self.channel.is_open and bool(self.connection.connected)
+
+    def _mark(self, delivery_tag: int, multiple: bool, status: int) -> None:
+        last = delivery_tag - self._base
+        first = 0 if multiple else last
+        for i in range(max(first, 0), min(last + 1, len(self._status))):
+            if self._status[i] == 0:
+                self._status[i] = status
+                self._resolved += 1
+
+    def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
+        self._mark(delivery_tag, multiple, 1)
+
+    def _on_nack(self, delivery_tag: int, multiple: bool) -> None:
+        self._mark(delivery_tag, multiple, 2)
+
+    def _await(self, done: Callable[[], bool], deadline: float) -> None:
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no publisher confirm within {CONFIRM_TIMEOUT:g}s")
+            self.connection.drain_events(timeout=remaining)
+
+    def _declare(self, outgoing: Sequence[Outgoing]) -> None:
+        entities: dict[int, Any] = {}
+        for item in outgoing:
+            for entity in item.declare:
+                entities.setdefault(id(entity), entity)
+        for entity in entities.values():
+            maybe_declare(entity, self.channel)
+
+    def close(self) -> None:
+        """Give the channel back (best effort): after an error py-amqp reopens it without confirm mode."""
+        self.broken = True
+        try:
+            self.channel.close()
+        except Exception:
+            pass
+
+    def publish(self, outgoing: Sequence[Outgoing]) -> tuple[list, list[tuple[Any, str]], list[Outgoing],
+                                                             BaseException | None]:
+        """Write every fire's frames and await their confirms.
+
+        Returns (ids acked, (fire, reason) nacked, items unresolved, error). Items
+        are unresolved only when the channel or connection broke (``error``); the
+        caller retries them one by one, which isolates a message the broker refuses.
+        """
+        n = len(outgoing)
+        self._base, self._status, self._resolved = self.next_tag, bytearray(n), 0
+        written = 0
+        error: BaseException | None = None
+        try:
+            self._declare(outgoing)
+            transport = self.connection.transport
+            deadline = time.monotonic() + CONFIRM_TIMEOUT
+            while written < n:
+                end = min(written + CHUNK_MESSAGES, n)
+                data = b"".join([o.frames for o in outgoing[written:end]])  # type: ignore[misc]
+                with transport.having_timeout(CONFIRM_TIMEOUT):
+                    transport.write(data)
+                self.connection.bytes_sent += end - written
+                self.next_tag += end - written
+                written = end
+                deadline = time.monotonic() + CONFIRM_TIMEOUT
+                self._await(lambda: written - self._resolved <= WINDOW_MESSAGES, deadline)
+            self._await(lambda: self._resolved >= n, deadline)
+        except Exception as exc:
+            error = exc
+            self.close()
+        sent, refused, rest = [], [], []
+        for item, status in zip(outgoing, self._status):
+            if status == 1:
+                sent.append(item.fire.id)
+            elif status == 2:
+                refused.append((item.fire, "broker refused the message (basic.nack)"))
+            else:
+                rest.append(item)
+        self._status = bytearray()
+        return sent, refused, rest, error

@@ -1,0 +1,191 @@
+"""The fast path to RabbitMQ: the same bytes as Celery's own path, confirms per window, failures isolated."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery import Celery, signals
+from kombu import Connection, Queue
+
+from runledger_beat import fastpath
+from runledger_beat.dispatch import Dispatcher, Outgoing
+from runledger_beat.materialize import Fire
+
+
+def _fire(name: str, options: dict | None = None, payload: object = None, at: datetime | None = None) -> Fire:
+    at = at or datetime.now(timezone.utc) + timedelta(hours=1)  # ahead: expiry counts from the instant
+    meta = {"schedule_id": str(uuid.uuid4()), "schedule_name": name,
+            "scheduled_for": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    if payload is None:
+        payload = {"args": [name, 1], "kwargs": {"k": [1, 2]}, "_schedule": meta}
+    return Fire(uuid.uuid4(), uuid.uuid4(), name, "rl.record", payload, options or {}, at)
+
+
+@pytest.fixture
+def queues(amqp_url):
+    names = [f"rlfp_{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    yield names
+    with Connection(amqp_url) as conn:
+        for name in names:
+            try:
+                conn.default_channel.queue_delete(name)
+            except Exception:
+                pass
+
+
+def _app(amqp_url: str, queue: str, **conf) -> Celery:
+    app = Celery(f"fp_{uuid.uuid4().hex[:6]}", broker=amqp_url)
+    app.conf.update(task_default_queue=queue, **conf)
+    return app
+
+
+def _drain(amqp_url: str, queue: str) -> list:
+    """Every message in ``queue``, raw (body bytes, properties, delivery info)."""
+    found = []
+    with Connection(amqp_url) as conn:
+        channel = conn.default_channel
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            found.append(message)
+    return found
+
+
+def _wire(message) -> dict:
+    return {"body": message.body, "properties": message.properties,
+            "exchange": message.delivery_info["exchange"], "routing_key": message.delivery_info["routing_key"]}
+
+
+def test_fast_path_writes_exactly_what_celery_sends(amqp_url, queues):
+    main, other = queues
+    app = _app(amqp_url, main)
+    fires = [
+        _fire("plain"),
+        _fire("options", {"priority": 5, "expires": 30, "headers": {"x-trace": "abc"},
+                          "time_limit": 10, "soft_time_limit": 5, "ignore_result": True}),
+        _fire("other-queue", {"queue": other}),
+        _fire("compressed", {"compression": "zlib"}),
+        _fire("wrapped", payload={"payload": [1, 2], "_schedule": {"schedule_name": "wrapped"}}),
+    ]
+    fast = Dispatcher(app, fast=True)
+    stock = Dispatcher(app, fast=False)
+    try:
+        assert fast.fast_path() and not stock.fast_path()
+        prepared = fast.prepare(fires)
+        assert all(o.frames for o in prepared)
+        result = fast.publish(prepared)
+        assert result.sent == [f.id for f in fires] and not result.failed and result.error is None
+        by_fast = {m.properties["application_headers"]["id"]: _wire(m)
+                   for q in (main, other) for m in _drain(amqp_url, q)}
+        result = stock.publish([Outgoing(f) for f in fires])
+        assert result.sent == [f.id for f in fires]
+        by_stock = {m.properties["application_headers"]["id"]: _wire(m)
+                    for q in (main, other) for m in _drain(amqp_url, q)}
+    finally:
+        fast.close()
+        stock.close()
+    assert set(by_fast) == {str(f.id) for f in fires}
+    assert by_fast == by_stock  # byte for byte: body, every property and header, exchange, routing key
+    options = by_fast[str(fires[1].id)]["properties"]
+    assert options["priority"] == 5 and options["expiration"] == "30000"
+    assert options["application_headers"]["x-trace"] == "abc"
+    assert options["application_headers"]["timelimit"] == [10, 5]
+    assert by_fast[str(fires[2].id)]["routing_key"] == other
+    headers = by_fast[str(fires[0].id)]["properties"]["application_headers"]
+    assert headers["runledger_id"] == str(fires[0].id) and headers["_schedule"] == fires[0].payload["_schedule"]
+
+
+def test_retarget_readdresses_every_frame():
+    app = Celery("retarget", broker="memory://")
+    dispatcher = Dispatcher(app)
+    encoder = fastpath.Encoder(dispatcher)
+    big = _fire("big", payload={"args": ["x" * 5000], "kwargs": {}})  # body split over several frames
+    on_one, _ = encoder.encode(big, 1, 4096)
+    on_nine, _ = encoder.encode(big, 9, 4096)
+    assert on_one != on_nine
+    assert fastpath.retarget(on_one, 9) == on_nine
+    assert fastpath.retarget(on_nine, 1) == on_one
+
+
+def test_nacked_fires_fail_alone(amqp_url, queues):
+    main, _ = queues
+    app = _app(amqp_url, main)
+    app.conf.task_queues = [Queue(main, routing_key=main,
+                                  queue_arguments={"x-max-length": 3, "x-overflow": "reject-publish"})]
+    fires = [_fire(f"n{i}") for i in range(6)]
+    dispatcher = Dispatcher(app)
+    try:
+        result = dispatcher.publish(dispatcher.prepare(fires))
+    finally:
+        dispatcher.close()
+    assert result.sent == [f.id for f in fires[:3]]
+    assert [f.id for f, _ in result.failed] == [f.id for f in fires[3:]]
+    assert all("nack" in reason for _, reason in result.failed) and result.error is None
+    assert len(_drain(amqp_url, main)) == 3
+
+
+def test_a_message_the_broker_refuses_does_not_hold_up_the_others(amqp_url, queues):
+    main, _ = queues
+    app = _app(amqp_url, main)
+    fires = [_fire("a"), _fire("nowhere", {"exchange": f"rl-missing-{uuid.uuid4().hex[:6]}", "routing_key": "x"}),
+             _fire("b"), _fire("c")]
+    dispatcher = Dispatcher(app)
+    try:
+        result = dispatcher.publish(dispatcher.prepare(fires))
+        assert result.error is None
+        assert [f.id for f, _ in result.failed] == [fires[1].id]
+        assert "NotFound" in result.failed[0][1]
+        assert sorted(result.sent) == sorted(f.id for f in (fires[0], fires[2], fires[3]))
+        # the channel was replaced: the next batch goes by the fast path again
+        more = [_fire("d")]
+        assert dispatcher.publish(dispatcher.prepare(more)).sent == [more[0].id]
+    finally:
+        dispatcher.close()
+    delivered = {m.properties["application_headers"]["id"] for m in _drain(amqp_url, main)}
+    assert delivered == {str(f.id) for f in (fires[0], fires[2], fires[3], more[0])}
+
+
+def test_a_dead_broker_is_an_error_not_a_per_fire_failure(queues):
+    app = _app("amqp://guest:guest@127.0.0.1:1//", queues[0])  # nothing listens on port 1
+    dispatcher = Dispatcher(app)
+    fires = [_fire("x"), _fire("y")]
+    prepared = dispatcher.prepare(fires)
+    assert all(o.frames is None for o in prepared)  # could not encode: left for publish time
+    result = dispatcher.publish(prepared)
+    assert result.sent == [] and result.error is not None
+    assert [f.id for f, _ in result.failed] == [f.id for f in fires]
+
+
+def test_publish_signal_receivers_switch_to_celerys_own_path(amqp_url, queues):
+    app = _app(amqp_url, queues[0])
+    seen = []
+
+    def receiver(sender=None, headers=None, **kwargs):
+        seen.append(headers["id"])
+
+    dispatcher = Dispatcher(app)
+    try:
+        assert dispatcher.fast_path()
+        signals.before_task_publish.connect(receiver)
+        try:
+            assert not dispatcher.fast_path()
+            fire = _fire("traced")
+            prepared = dispatcher.prepare([fire])
+            assert prepared[0].frames is None and seen == []  # nothing built ahead: the signal fires at publish
+            assert dispatcher.publish(prepared).sent == [fire.id]
+            assert seen == [str(fire.id)]
+        finally:
+            signals.before_task_publish.disconnect(receiver)
+        assert dispatcher.fast_path()
+    finally:
+        dispatcher.close()
+
+
+def test_sent_events_follow_celerys_setting(amqp_url, queues):
+    from runledger_beat.settings import load
+    conf = {"runledger_dsn": "postgresql://x@127.0.0.1/db"}
+    assert load(_app(amqp_url, queues[0], **conf).conf).send_sent_events is False
+    assert load(_app(amqp_url, queues[0], task_send_sent_event=True, **conf).conf).send_sent_events is True
+    assert load(_app(amqp_url, queues[0], task_send_sent_event=True, runledger_send_sent_events=False,
+                     **conf).conf).send_sent_events is False
+    assert not Dispatcher(_app(amqp_url, queues[0]), send_sent_events=True).fast_path()

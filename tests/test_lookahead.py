@@ -1,0 +1,171 @@
+"""Fires recorded ahead in an open transaction: committed and published at the instant, never early, never lost."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from celery import Celery
+from kombu import Connection
+
+from runledger_beat import Scheduler, api
+
+from .e2e import count, delete_queue, prepare
+from .procs import start_beat
+from .rows import insert_schedule, ledger
+from .services import wait_for
+
+ONCE = "0 0 1 1 *"  # after its first fire the cursor moves a year on
+
+
+@pytest.fixture
+def queue(amqp_url):
+    name = f"rlla_{uuid.uuid4().hex[:8]}"
+    yield name
+    delete_queue(amqp_url, name)
+
+
+def _scheduler(pg_dsn: str, schema: str, amqp_url: str, queue: str, **conf) -> Scheduler:
+    app = Celery(f"la_{uuid.uuid4().hex[:6]}", broker=amqp_url)
+    app.conf.update(runledger_dsn=pg_dsn, runledger_schema=schema, task_default_queue=queue,
+                    runledger_listen=False, runledger_poll_interval=5, runledger_lookahead=2.0, **conf)
+    return Scheduler(app)
+
+
+def _run_until(schedulers: list[Scheduler], predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        waits = [s.run_once() for s in schedulers]
+        if predicate():
+            return
+        time.sleep(min(min(waits), 0.01))
+    raise AssertionError("timed out running the scheduler")
+
+
+def _soon(db, seconds: float):
+    return db.execute("SELECT now() + make_interval(secs => %s) AS t", (seconds,)).fetchone()["t"]
+
+
+def _in_queue(amqp_url: str, queue: str) -> int:
+    with Connection(amqp_url) as conn:
+        return conn.default_channel.queue_declare(queue, passive=True).message_count
+
+
+def test_a_pause_during_the_lookahead_waits_for_that_fire_then_applies(db, pg_dsn, schema, amqp_url, queue):
+    instant = _soon(db, 1.5)
+    insert_schedule(db, "paused", cron=ONCE, next_fire_at=instant)
+    scheduler = _scheduler(pg_dsn, schema, amqp_url, queue)
+    done: dict = {}
+
+    def pause() -> None:
+        done["row"] = api.pause(pg_dsn, "paused", schema=schema)
+        done["at"] = time.time()
+
+    try:
+        _run_until([scheduler], lambda: scheduler._group is not None)
+        pauser = threading.Thread(target=pause)
+        pauser.start()
+        time.sleep(0.3)
+        assert "row" not in done  # the schedule row is locked by the fire being prepared
+        _run_until([scheduler], lambda: not pauser.is_alive() and count(db, "SELECT count(*) AS n FROM jobs"
+                                                                          " WHERE status = 'sent'") == 1)
+        assert done["at"] >= instant.timestamp()  # it waited for the commit at the instant
+        assert done["row"]["active"] is False
+        for _ in range(3):
+            scheduler.run_once()
+    finally:
+        scheduler.close()
+    (row,) = ledger(db)
+    assert row["scheduled_for"] == instant and row["sent_at"] >= instant
+
+
+def test_a_due_row_arriving_meanwhile_goes_at_once_and_the_held_fire_at_its_instant(db, pg_dsn, schema, amqp_url,
+                                                                                     queue):
+    later = _soon(db, 1.5)
+    insert_schedule(db, "later", cron=ONCE, next_fire_at=later)
+    scheduler = _scheduler(pg_dsn, schema, amqp_url, queue)
+    try:
+        _run_until([scheduler], lambda: scheduler._group is not None)
+        now_id = insert_schedule(db, "now", cron=ONCE)
+        _run_until([scheduler], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") >= 1)
+        (first,) = db.execute("SELECT schedule_name, sent_at FROM jobs WHERE status = 'sent'").fetchall()
+        assert first["schedule_name"] == "now" and first["sent_at"] < later
+        assert ledger(db, now_id)[0]["status"] == "sent"
+        _run_until([scheduler], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 2)
+    finally:
+        scheduler.close()
+    held = db.execute("SELECT scheduled_for, sent_at FROM jobs WHERE schedule_name = 'later'").fetchone()
+    assert held["scheduled_for"] == later and held["sent_at"] >= later
+    wait_for(lambda: _in_queue(amqp_url, queue) == 2, message="both messages in the queue")
+
+
+def test_overlap_skip_is_judged_at_the_instant_not_when_recorded(db, pg_dsn, schema, amqp_url, queue):
+    instant = _soon(db, 1.5)
+    finishing = insert_schedule(db, "finishing", cron=ONCE, overlap="skip", next_fire_at=instant)
+    running = insert_schedule(db, "running", cron=ONCE, overlap="skip", next_fire_at=instant)
+    previous = {}
+    for sid in (finishing, running):
+        previous[sid] = uuid.uuid4()
+        db.execute("INSERT INTO jobs (id, schedule_id, scheduled_for, job_type, payload, status, started_at)"
+                   " VALUES (%s, %s, now() - interval '1 minute', 'rl.record', '{}', 'started', now())",
+                   (previous[sid], sid))
+    scheduler = _scheduler(pg_dsn, schema, amqp_url, queue)
+    try:
+        _run_until([scheduler], lambda: scheduler._group is not None)
+        db.execute("UPDATE jobs SET status = 'success', finished_at = now() WHERE id = %s", (previous[finishing],))
+        _run_until([scheduler], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE scheduled_for = %s",
+                                              instant) == 2)
+    finally:
+        scheduler.close()
+    fired = {r["schedule_name"]: r for r in db.execute("SELECT * FROM jobs WHERE scheduled_for = %s",
+                                                       (instant,)).fetchall()}
+    assert fired["finishing"]["status"] == "sent"
+    assert fired["running"]["status"] == "skipped" and fired["running"]["last_error"].startswith("overlap:")
+
+
+def test_a_second_beat_waits_for_the_instant_instead_of_spinning(db, pg_dsn, schema, amqp_url, queue):
+    instant = _soon(db, 1.8)
+    insert_schedule(db, "shared", cron=ONCE, next_fire_at=instant)
+    one = _scheduler(pg_dsn, schema, amqp_url, queue)
+    two = _scheduler(pg_dsn, schema, amqp_url, queue)
+    try:
+        _run_until([one], lambda: one._group is not None)
+        wait = two.run_once()
+        assert two._group is None
+        assert wait > 0.8  # sleeps until the instant the other beat holds, not a busy loop
+        _run_until([one, two], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 1)
+        for _ in range(5):
+            one.run_once(), two.run_once()
+    finally:
+        one.close()
+        two.close()
+    assert count(db, "SELECT count(*) AS n FROM jobs") == 1
+
+
+def test_a_beat_killed_with_fires_recorded_ahead_loses_none(db, pg_dsn, schema, amqp_url):
+    env, queue = prepare(db, pg_dsn, schema, amqp_url)
+    instant = _soon(db, 6.0)
+    sid = insert_schedule(db, "survives", cron=ONCE, next_fire_at=instant)
+    crasher = start_beat(dict(env, RL_EXTRA='{"runledger_lookahead": 5}'), "crasher")
+    survivor = None
+    try:
+        def locked() -> bool:
+            with db.transaction():
+                return db.execute("SELECT id FROM job_schedules FOR UPDATE SKIP LOCKED").fetchall() == []
+        wait_for(locked, timeout=20, message="the fire recorded ahead (schedule row locked)")
+        crasher.kill()  # SIGKILL: its open transaction rolls back
+        crasher.popen.wait(10)
+        wait_for(lambda: not locked(), timeout=10, message="the lock to go with the dead beat")
+        assert count(db, "SELECT count(*) AS n FROM jobs") == 0
+        survivor = start_beat(env, "survivor")
+        wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 1, timeout=20,
+                 message="the survivor to fire it")
+    finally:
+        crasher.stop()
+        if survivor:
+            survivor.stop()
+        delete_queue(amqp_url, queue)
+    (row,) = ledger(db, sid)
+    assert row["scheduled_for"] == instant and row["sent_at"] >= instant
