@@ -1,8 +1,11 @@
-"""Limits: how fast RabbitMQ takes messages from a raw kombu producer and from Celery's send_task.
+"""Limits: how fast RabbitMQ takes messages from a raw kombu producer, from Celery's send_task, and at most.
 
-Both publish N persistent messages to a fresh durable queue on one connection,
+Each publishes N persistent messages to a fresh durable queue on one connection,
 timed from the first publish until all N are in the queue (the same finish line
-as the burst benchmark). The call loop alone is reported too.
+as the burst benchmark). The call loop alone is reported too. The broker ceiling
+is runledger's own publisher with nothing else to do: N stock Celery messages
+encoded beforehand, then written with windowed confirms; no publisher of these
+messages can beat it, so a burst can only approach it.
 
     .venv/bin/python bench/bench_limits.py --n 10000
 """
@@ -20,20 +23,22 @@ if __package__ in (None, ""):
 from celery import Celery  # noqa: E402
 from kombu import Connection, Exchange, Producer, Queue  # noqa: E402
 
-from bench.common import AMQP, DepthProbe, declare_queue, delete_queue, emit, token  # noqa: E402
+from bench.common import AMQP, DepthProbe, Watch, declare_queue, delete_queue, emit, token  # noqa: E402
 
 
 def _until_queued(queue: str, n: int, publish_all) -> tuple[float, float]:
-    """(seconds for the publish loop, seconds until all n are queued)."""
+    """(seconds for the publish loop, seconds until all n are queued), the depth watched meanwhile."""
     depth = DepthProbe(queue)
     try:
-        started = time.perf_counter()
+        started = time.time()
+        watch = Watch(depth, n, started, started + 60)
+        watch.start()
         publish_all()
-        looped = time.perf_counter() - started
-        deadline = time.perf_counter() + 60
-        while depth() < n and time.perf_counter() < deadline:
-            time.sleep(0.002)
-        return looped, time.perf_counter() - started
+        looped = time.time() - started
+        watch.join()
+        if watch.reached is None:
+            raise RuntimeError(f"only {watch.last} of {n} messages reached {queue}")
+        return looped, watch.reached - started
     finally:
         depth.close()
 
@@ -76,11 +81,39 @@ def send_task(n: int) -> dict:
                  "call_loop_per_s": round(n / looped)})
 
 
+def broker_ceiling(n: int) -> dict:
+    """N stock Celery task messages, built and encoded first, then written as fast as confirms allow."""
+    import uuid
+    from datetime import datetime, timezone
+
+    from runledger_beat.dispatch import Dispatcher
+    from runledger_beat.materialize import Fire
+
+    queue = f"bench_ceiling_{token()}"
+    declare_queue(queue)
+    app = Celery("bench_limits", broker=AMQP)
+    app.conf.task_default_queue = queue
+    dispatcher = Dispatcher(app)
+    now = datetime.now(timezone.utc)
+    fires = [Fire(uuid.uuid4(), uuid.uuid4(), f"s{i}", "bench.noop",
+                  {"args": [], "kwargs": {}, "_schedule": {"schedule_id": str(uuid.uuid4()), "schedule_name": f"s{i}",
+                                                           "scheduled_for": now.strftime("%Y-%m-%dT%H:%M:%SZ")}},
+                  {}, now) for i in range(n)]
+    try:
+        ready = dispatcher.prepare(fires)
+        looped, queued = _until_queued(queue, n, lambda: dispatcher.publish(ready))
+    finally:
+        dispatcher.close()
+        delete_queue(queue)
+    return emit({"bench": "limits", "what": "broker ceiling", "n": n, "per_s": round(n / queued),
+                 "call_loop_per_s": round(n / looped)})
+
+
 def main() -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10000)
     args = parser.parse_args()
-    return [raw_kombu(args.n), send_task(args.n)]
+    return [raw_kombu(args.n), send_task(args.n), broker_ceiling(args.n)]
 
 
 if __name__ == "__main__":

@@ -45,6 +45,10 @@ PUBLISH_OPTIONS = ("queue", "routing_key", "exchange", "exchange_type", "priorit
                    "serializer", "compression", "delivery_mode", "ignore_result")
 
 
+#: After a channel error, messages sent one by one to find the one the broker refuses.
+SINGLES_AFTER_CHANNEL_ERROR = 100
+
+
 @dataclass(slots=True)
 class Outgoing:
     """A fire ready to publish; on the fast path with its AMQP frames encoded ahead."""
@@ -86,6 +90,7 @@ class Dispatcher:
         self._fast: fastpath.ConfirmChannel | None = None
         self._encoder: fastpath.Encoder | None = None
         self._amqp: bool | None = None  # is the broker transport py-amqp?
+        self._done = PublishResult()     # sent / failed since the last collect()
 
     # -- building --------------------------------------------------------
 
@@ -208,47 +213,94 @@ class Dispatcher:
                 item.channel_id = channel.channel_id
 
     def publish(self, outgoing: Sequence[Outgoing]) -> PublishResult:
-        """Publish in order; returns the ids the broker took, per-fire failures and any connection error."""
-        if not outgoing:
-            return PublishResult()
-        if self.fast_path():
-            return self._publish_fast(outgoing)
-        return self._publish_celery([o.fire for o in outgoing])
+        """Publish and wait for the broker: the ids it took, per-fire failures, any connection error."""
+        self.send(outgoing)
+        return self.collect(wait=True)
 
-    def _publish_fast(self, outgoing: Sequence[Outgoing]) -> PublishResult:
+    def send(self, outgoing: Sequence[Outgoing]) -> None:
+        """Start publishing; on the fast path return once written, confirms read later by collect()."""
+        if not outgoing:
+            return
+        if not self.fast_path():
+            self._merge(self._publish_celery([o.fire for o in outgoing]))
+            return
+        try:
+            channel = self._fast_channel()
+            self._encode(outgoing, channel)
+        except Exception as exc:  # the broker cannot be reached
+            self.release()
+            self._merge(PublishResult(failed=[(o.fire, _reason(exc)) for o in outgoing], error=exc))
+            return
+        channel.send(outgoing)
+        self._settle(channel, wait=False)
+
+    def collect(self, wait: bool = True) -> PublishResult:
+        """What became of the fires sent so far (with ``wait``, of all of them); resets the tally."""
+        if self._fast is not None:
+            self._settle(self._fast, wait)
+        result, self._done = self._done, PublishResult()
+        return result
+
+    def in_flight(self) -> int:
+        """Fires written to the broker and not yet confirmed."""
+        return self._fast.in_flight if self._fast is not None and self._fast.error is None else 0
+
+    def _merge(self, result: PublishResult) -> None:
+        self._done.sent.extend(result.sent)
+        self._done.failed.extend(result.failed)
+        self._done.error = result.error or self._done.error
+
+    def _settle(self, channel: fastpath.ConfirmChannel, wait: bool) -> None:
+        channel.settle(wait)
+        acked, nacked = channel.take()
+        self._merge(PublishResult(sent=[o.fire.id for o in acked],
+                                  failed=[(o.fire, "broker refused the message (basic.nack)") for o in nacked]))
+        if channel.error is not None:
+            if self._fast is channel:
+                self._fast = None
+            self._merge(self._recover(channel.abandon(), channel.error))
+
+    def _recover(self, rest: list[Outgoing], error: BaseException) -> PublishResult:
+        """The channel broke with ``rest`` unconfirmed: a connection error gets one reconnect (then it
+        is the caller's to back off); a channel error means the broker refused some message, so go
+        one message at a time, each awaiting its confirm, until it is found; it fails alone and the
+        rest go in a batch again."""
         result = PublishResult()
-        rest = list(outgoing)
-        batch = True
-        while rest:
-            try:
-                channel = self._fast_channel()
-                self._encode(rest if batch else rest[:1], channel)
-            except Exception as exc:  # the broker cannot be reached
-                self.release()
-                result.error = exc
-                result.failed.extend((o.fire, _reason(exc)) for o in rest)
-                return result
-            sent, refused, unresolved, error = channel.publish(rest if batch else rest[:1])
-            result.sent.extend(sent)
-            result.failed.extend(refused)
-            rest = unresolved + ([] if batch else rest[1:])
-            if error is None:
-                continue
+        singles, reconnected = 0, False
+        while True:
             if fastpath.is_connection_error(error, self._conn):
                 self.release()
-                if not batch:  # a dead broker, not a bad message: the rest wait for the back-off
+                if reconnected:
                     result.error = error
                     result.failed.extend((o.fire, _reason(error)) for o in rest)
                     return result
-            elif not batch:  # the broker closed the channel over this one message
-                log.warning("runledger: publishing %s (%s) failed: %s", unresolved[0].fire.id,
-                            unresolved[0].fire.job_type, _reason(error))
-                result.failed.append((unresolved[0].fire, _reason(error)))
-                rest = rest[1:]
-            # The batch broke: go on one message at a time, each awaiting its confirm,
-            # so a message the broker refuses fails alone.
-            batch = False
-        return result
+                reconnected = True
+            elif singles and rest:  # the broker closed the channel over this one message
+                log.warning("runledger: publishing %s (%s) failed: %s", rest[0].fire.id, rest[0].fire.job_type,
+                            _reason(error))
+                result.failed.append((rest[0].fire, _reason(error)))
+                rest, singles = rest[1:], 0
+            else:  # a batch broke over some message: find it
+                singles = SINGLES_AFTER_CHANNEL_ERROR
+            while rest:
+                chunk = rest[:1] if singles else rest
+                try:
+                    channel = self._fast_channel()
+                    self._encode(chunk, channel)
+                except Exception as exc:  # the broker cannot be reached
+                    self.release()
+                    result.error = exc
+                    result.failed.extend((o.fire, _reason(exc)) for o in rest)
+                    return result
+                sent, refused, unresolved, error = channel.publish(chunk)
+                result.sent.extend(sent)
+                result.failed.extend((f, "broker refused the message (basic.nack)") for f in refused)
+                rest = unresolved + rest[len(chunk):]
+                if error is not None:
+                    break
+                singles = max(0, singles - 1)
+            else:
+                return result
 
     def _publish_celery(self, fires: Sequence[Fire]) -> PublishResult:
         """Stock Celery publishing, one message at a time; a channel error fails that fire alone."""

@@ -8,9 +8,11 @@ Three pieces, each small:
   py-amqp's own ``frame_writer``. The bytes are what ``basic_publish`` would
   have written, so a stock worker and Flower see a stock message.
 * ``ConfirmChannel`` is a py-amqp channel in confirm mode. It writes the frames
-  of up to CHUNK_MESSAGES messages per socket write, keeps at most
-  WINDOW_MESSAGES unconfirmed, and reports which fires the broker acked,
-  which it refused, and which were left unresolved when the channel broke.
+  of up to CHUNK_MESSAGES messages per socket write and keeps at most
+  WINDOW_MESSAGES unconfirmed; confirms are read as they arrive, so the
+  scheduler records the next batch while the broker takes this one. It reports
+  which fires the broker acked, which it refused, and which were left
+  unresolved when the channel broke.
 * ``retarget`` rewrites the channel id of encoded frames, for the rare case the
   channel was reopened between encoding and writing.
 
@@ -22,6 +24,7 @@ own ingest rate is the limit.
 
 from __future__ import annotations
 
+import select
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -143,7 +146,15 @@ class Encoder:
 
 
 class ConfirmChannel:
-    """A py-amqp channel in confirm mode that publishes encoded fires in chunks."""
+    """A py-amqp channel in confirm mode: writes encoded fires in chunks, tracks their confirms.
+
+    ``send`` returns once the frames are written (blocking only while more than
+    WINDOW_MESSAGES await a confirm), so the caller can do other work while the
+    broker takes them; ``settle`` reads the confirms that arrived (or waits for
+    all); ``take`` hands over the fires acked and refused so far. Neither raises:
+    a broken channel or connection sets ``error``, after which ``abandon`` returns
+    every fire not yet resolved, in order, and the channel is never used again.
+    """
 
     def __init__(self, kombu_conn: Any) -> None:
         self.kombu_conn = kombu_conn
@@ -153,10 +164,12 @@ class ConfirmChannel:
         self.channel.events["basic_ack"].add(self._on_ack)
         self.channel.events["basic_nack"].add(self._on_nack)
         self.next_tag = 1
-        self.broken = False  # after an error: never reused
-        self._base = 1
-        self._status = bytearray()  # per message of the current publish: 0 waiting, 1 acked, 2 nacked
-        self._resolved = 0
+        self.error: BaseException | None = None
+        self._low = 1                               # no tag below this awaits a confirm
+        self._pending: dict[int, Outgoing] = {}     # delivery tag -> fire awaiting its confirm
+        self._unsent: list[Outgoing] = []           # not written when an error struck
+        self._acked: list[Outgoing] = []
+        self._nacked: list[Outgoing] = []
 
     @property
     def channel_id(self) -> int:
@@ -166,25 +179,40 @@ class ConfirmChannel:
     def frame_max(self) -> int:
         return self.connection.frame_max
 
-    def usable(self) -> bool:
-        return not self.broken and self.channel.is_open and bool(self.connection.connected)
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
 
-    def _mark(self, delivery_tag: int, multiple: bool, status: int) -> None:
-        last = delivery_tag - self._base
-        first = 0 if multiple else last
-        for i in range(max(first, 0), min(last + 1, len(self._status))):
-            if self._status[i] == 0:
-                self._status[i] = status
-                self._resolved += 1
+    def usable(self) -> bool:
+        return self.error is None and self.channel.is_open and bool(self.connection.connected)
+
+    def _resolve(self, delivery_tag: int, multiple: bool, into: list) -> None:
+        if multiple:
+            for tag in range(self._low, delivery_tag + 1):
+                item = self._pending.pop(tag, None)
+                if item is not None:
+                    into.append(item)
+            self._low = max(self._low, delivery_tag + 1)
+        else:
+            item = self._pending.pop(delivery_tag, None)
+            if item is not None:
+                into.append(item)
 
     def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
-        self._mark(delivery_tag, multiple, 1)
+        self._resolve(delivery_tag, multiple, self._acked)
 
     def _on_nack(self, delivery_tag: int, multiple: bool) -> None:
-        self._mark(delivery_tag, multiple, 2)
+        self._resolve(delivery_tag, multiple, self._nacked)
 
-    def _await(self, done: Callable[[], bool], deadline: float) -> None:
-        while not done():
+    def _fail(self, exc: BaseException) -> None:
+        self.error = exc
+        try:
+            self.channel.close()  # after a channel error py-amqp reopens it without confirm mode
+        except Exception:
+            pass
+
+    def _read(self, until: Callable[[], bool], deadline: float) -> None:
+        while not until():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no publisher confirm within {CONFIRM_TIMEOUT:g}s")
@@ -198,51 +226,61 @@ class ConfirmChannel:
         for entity in entities.values():
             maybe_declare(entity, self.channel)
 
-    def close(self) -> None:
-        """Give the channel back (best effort): after an error py-amqp reopens it without confirm mode."""
-        self.broken = True
-        try:
-            self.channel.close()
-        except Exception:
-            pass
-
-    def publish(self, outgoing: Sequence[Outgoing]) -> tuple[list, list[tuple[Any, str]], list[Outgoing],
-                                                             BaseException | None]:
-        """Write every fire's frames and await their confirms.
-
-        Returns (ids acked, (fire, reason) nacked, items unresolved, error). Items
-        are unresolved only when the channel or connection broke (``error``); the
-        caller retries them one by one, which isolates a message the broker refuses.
-        """
-        n = len(outgoing)
-        self._base, self._status, self._resolved = self.next_tag, bytearray(n), 0
+    def send(self, outgoing: Sequence[Outgoing]) -> None:
+        """Write the fires' frames, a chunk per socket write; wait only to keep the window."""
+        if self.error is not None:
+            self._unsent.extend(outgoing)
+            return
         written = 0
-        error: BaseException | None = None
         try:
             self._declare(outgoing)
             transport = self.connection.transport
-            deadline = time.monotonic() + CONFIRM_TIMEOUT
-            while written < n:
-                end = min(written + CHUNK_MESSAGES, n)
-                data = b"".join([o.frames for o in outgoing[written:end]])  # type: ignore[misc]
+            while written < len(outgoing):
+                chunk = outgoing[written:written + CHUNK_MESSAGES]
                 with transport.having_timeout(CONFIRM_TIMEOUT):
-                    transport.write(data)
-                self.connection.bytes_sent += end - written
-                self.next_tag += end - written
-                written = end
-                deadline = time.monotonic() + CONFIRM_TIMEOUT
-                self._await(lambda: written - self._resolved <= WINDOW_MESSAGES, deadline)
-            self._await(lambda: self._resolved >= n, deadline)
+                    transport.write(b"".join([o.frames for o in chunk]))  # type: ignore[misc]
+                for item in chunk:
+                    self._pending[self.next_tag] = item
+                    self.next_tag += 1
+                self.connection.bytes_sent += len(chunk)
+                written += len(chunk)
+                if len(self._pending) > WINDOW_MESSAGES:
+                    self._read(lambda: len(self._pending) <= WINDOW_MESSAGES,
+                               time.monotonic() + CONFIRM_TIMEOUT)
         except Exception as exc:
-            error = exc
-            self.close()
-        sent, refused, rest = [], [], []
-        for item, status in zip(outgoing, self._status):
-            if status == 1:
-                sent.append(item.fire.id)
-            elif status == 2:
-                refused.append((item.fire, "broker refused the message (basic.nack)"))
-            else:
-                rest.append(item)
-        self._status = bytearray()
-        return sent, refused, rest, error
+            self._unsent.extend(outgoing[written:])
+            self._fail(exc)
+
+    def settle(self, wait: bool) -> None:
+        """Read the confirms that have arrived; with ``wait``, until none is outstanding."""
+        if self.error is not None or not self._pending:
+            return
+        try:
+            if wait:
+                self._read(lambda: not self._pending, time.monotonic() + CONFIRM_TIMEOUT)
+                return
+            sock = self.connection.transport.sock
+            while self._pending and select.select([sock], [], [], 0)[0]:
+                self.connection.drain_events(timeout=CONFIRM_TIMEOUT)
+        except Exception as exc:
+            self._fail(exc)
+
+    def take(self) -> tuple[list[Outgoing], list[Outgoing]]:
+        """The fires acked and those refused (basic.nack) since the last take."""
+        acked, nacked = self._acked, self._nacked
+        self._acked, self._nacked = [], []
+        return acked, nacked
+
+    def abandon(self) -> list[Outgoing]:
+        """After an error: every fire written but unconfirmed, then those never written."""
+        rest = [self._pending[tag] for tag in sorted(self._pending)] + self._unsent
+        self._pending, self._unsent = {}, []
+        return rest
+
+    def publish(self, outgoing: Sequence[Outgoing]) -> tuple[list, list, list[Outgoing], BaseException | None]:
+        """Send and wait for every confirm: (ids acked, fires refused, fires unresolved, error)."""
+        self.send(outgoing)
+        self.settle(wait=True)
+        acked, nacked = self.take()
+        rest = self.abandon() if self.error is not None else []
+        return [o.fire.id for o in acked], [o.fire for o in nacked], rest, self.error

@@ -209,6 +209,11 @@ def mark_internal(conn: psycopg.Connection) -> float:
     return row["db_clock"].timestamp() - time.time()
 
 
+def try_prepare_lock(conn: psycopg.Connection) -> bool:
+    """Whether this transaction may prepare fires ahead: one beat per schema at a time (see queries.sql)."""
+    return bool(conn.execute(queries.try_prepare_lock).fetchone()["ok"])
+
+
 def _claim(conn: psycopg.Connection, limit: int, lookahead: float,
            group_start: datetime | None) -> list[dict[str, Any]]:
     return conn.execute(queries.claim_due_schedules, {

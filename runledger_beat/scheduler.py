@@ -18,6 +18,10 @@ beat dies first, the transaction rolls back and the fire is claimed again, by
 this beat after a restart or at once by another beat. Overlap-skip is judged
 at commit, when the fire is really due.
 
+With several beats, one at a time prepares ahead (a transaction-scoped
+advisory lock), so an instant's burst has one publisher, which is how the broker
+ingests it fastest; every beat claims rows already due, in parallel.
+
 Three Postgres connections per beat: one for claims (it holds the open
 transaction), one for ledger bookkeeping (sent marks, recovery sweep, lost
 runs, next-due reads), one for LISTEN.
@@ -41,7 +45,7 @@ from celery import beat
 from . import queries
 from .db import ConfigError, connect, migrate, redact_dsn, safe_error, schema_ready
 from .dispatch import Dispatcher, Outgoing
-from .materialize import Fire, record_pass, skip_overlapping
+from .materialize import Fire, record_pass, skip_overlapping, try_prepare_lock
 from .settings import Settings, dsn_from, load
 from .worker import mark_lost_runs
 
@@ -96,6 +100,7 @@ class _Group:
     start: datetime          # the instant further claims of this transaction are cut to
     commit_at: float         # local wall-clock time of the earliest fire
     outgoing: list[Outgoing]
+    last: datetime           # the latest fire's instant
 
 
 class Scheduler(beat.Scheduler):
@@ -216,6 +221,7 @@ class Scheduler(beat.Scheduler):
             if self._group is not None and time.time() >= self._group.commit_at:
                 self._commit_group()
             self._record()
+            self._settle(wait=True)  # every confirm in before beat sleeps
             if time.monotonic() >= self._next_sweep:
                 self._sweep()
             due = None if self._group is not None else self._next_due()
@@ -234,8 +240,11 @@ class Scheduler(beat.Scheduler):
             group = self._group
             if group is not None and len(group.outgoing) >= MAX_PREPARED:
                 break
-            result = record_pass(self._conn, batch, self.settings.lookahead,
-                                 group.start if group else None, self.settings.defer_seconds)
+            lookahead = self.settings.lookahead
+            if group is None and lookahead > 0 and not try_prepare_lock(self._conn):
+                lookahead = 0.0  # another beat is preparing an instant: take only what is due
+            result = record_pass(self._conn, batch, lookahead, group.start if group else None,
+                                 self.settings.defer_seconds)
             if result.clock_offset is not None:
                 self._clock_offset = result.clock_offset
             if group is None:
@@ -246,17 +255,21 @@ class Scheduler(beat.Scheduler):
                 self._conn.commit()  # nothing waits: end the claim's transaction now
             elif time.time() >= self._group.commit_at:
                 self._commit_group()
+            if self.dispatcher.in_flight():
+                self._settle(wait=False)  # mark sent what is confirmed while the next batch is recorded
             if result.claimed < batch:
                 break
 
     def _add_to_group(self, fires: list[Fire]) -> None:
         outgoing = self.dispatcher.prepare(fires, encode=not self._broker_backoff.failing)
-        first = min(f.scheduled_for for f in fires if f.scheduled_for is not None)
+        instants = [f.scheduled_for for f in fires if f.scheduled_for is not None]
+        first, last = min(instants), max(instants)
         if self._group is None:
-            self._group = _Group(first, self._local(first), outgoing)
+            self._group = _Group(first, self._local(first), outgoing, last)
         else:
             self._group.outgoing.extend(outgoing)
             self._group.commit_at = min(self._group.commit_at, self._local(first))
+            self._group.last = max(self._group.last, last)
 
     def _local(self, instant: datetime) -> float:
         """The local wall-clock time at which the database clock reads ``instant`` (never early)."""
@@ -270,19 +283,22 @@ class Scheduler(beat.Scheduler):
         self._conn.commit()
         self._after_commit_fault()
         now = time.time()
-        due: list[Outgoing] = []
-        for item in group.outgoing:
-            if item.fire.id in skipped:
-                continue
-            at = self._local(item.fire.scheduled_for) if item.fire.scheduled_for else now
-            if at <= now:
-                due.append(item)
-            else:
-                self._held_seq += 1
-                bisect.insort(self._held, (at, self._held_seq, item))
+        if self._local(group.last) <= now and not skipped:  # the usual case: one instant, all due
+            due = group.outgoing
+        else:
+            due = []
+            for item in group.outgoing:
+                if item.fire.id in skipped:
+                    continue
+                at = self._local(item.fire.scheduled_for) if item.fire.scheduled_for else now
+                if at <= now:
+                    due.append(item)
+                else:
+                    self._held_seq += 1
+                    bisect.insort(self._held, (at, self._held_seq, item))
         if skipped:
             log.info("runledger: skipped %d fire(s): previous run still queued or running", len(skipped))
-        self._publish(due)
+        self._publish(due, wait=False)
 
     def _publish_held(self) -> None:
         now = time.time()
@@ -290,7 +306,7 @@ class Scheduler(beat.Scheduler):
         if cut:
             due = [item for _, _, item in self._held[:cut]]
             del self._held[:cut]
-            self._publish(due)
+            self._publish(due, wait=False)
 
     def _next_due(self) -> float | None:
         assert self.settings is not None and self._ledger is not None
@@ -338,22 +354,31 @@ class Scheduler(beat.Scheduler):
 
     # -- publishing ---------------------------------------------------------
 
-    def _publish(self, outgoing: list[Outgoing]) -> None:
-        """Publish committed fires and mark them sent; on failure keep them pending (and in memory on an outage)."""
+    def _publish(self, outgoing: list[Outgoing], wait: bool = True) -> None:
+        """Publish committed fires; with ``wait`` settle them too (else the next settle does)."""
         if not outgoing:
             return
         if self._broker_backoff.active:
             self._keep([o.fire for o in outgoing], "broker unavailable", backlog=True)
             return
-        started = time.time()
-        result = self.dispatcher.publish(outgoing)
+        if log.isEnabledFor(logging.INFO):
+            names = ": " + ", ".join(o.fire.schedule_name or o.fire.job_type for o in outgoing) \
+                if len(outgoing) <= 3 else ""
+            first = min((o.fire.scheduled_for for o in outgoing if o.fire.scheduled_for), default=None)
+            late = f" ({1000 * (time.time() - self._local(first)):.0f} ms after the instant)" if first else ""
+            log.info("runledger: sending %d fire(s)%s%s", len(outgoing), names, late)
+        self.dispatcher.send(outgoing)
+        self._settle(wait)
+
+    def _settle(self, wait: bool = True) -> None:
+        """Mark sent what the broker confirmed; keep failed fires pending (and in memory on an outage)."""
+        result = self.dispatcher.collect(wait)
         if result.sent:
             for fire_id in result.sent:
                 self._backlog.pop(fire_id, None)
             if self.settings and self.settings.fault_point == "after_publish":
                 os.kill(os.getpid(), signal.SIGKILL)
             self._ledger.execute(queries.mark_sent, {"ids": result.sent})
-            self._log_sent(outgoing, len(result.sent), started)
         if result.error is not None:
             self._broker_backoff.failed(safe_error(result.error))
         elif result.sent:
@@ -363,15 +388,6 @@ class Scheduler(beat.Scheduler):
             by_reason[reason].append(fire)
         for reason, fires in by_reason.items():
             self._keep(fires, reason, backlog=result.error is not None)
-
-    def _log_sent(self, outgoing: list[Outgoing], sent: int, started: float) -> None:
-        if not log.isEnabledFor(logging.INFO):
-            return
-        names = ", ".join(o.fire.schedule_name or o.fire.job_type for o in outgoing[:3]) if sent <= 3 else ""
-        first = min((o.fire.scheduled_for for o in outgoing if o.fire.scheduled_for), default=None)
-        late = f"; began {1000 * (started - self._local(first)):.0f} ms after the instant" if first else ""
-        log.info("runledger: sent %d fire(s)%s%s, confirmed in %.0f ms", sent, ": " + names if names else "",
-                 late, 1000 * (time.time() - started))
 
     def _keep(self, fires: list[Fire], error: str, backlog: bool) -> None:
         """Record a failed publish; on a broker outage also keep the fires in memory to republish promptly.

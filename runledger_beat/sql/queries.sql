@@ -30,6 +30,11 @@ SELECT to_regclass(%(table)s) IS NOT NULL AS ready;
 -- Beat's own cursor moves must not wake the other beats; also reads the database clock.
 SELECT set_config('runledger.internal', 'on', true), clock_timestamp() AS db_clock;
 
+-- try_prepare_lock --
+-- One beat of a schema at a time prepares an instant ahead (held until that transaction ends); the
+-- others claim only rows already due. One publisher per instant: the broker ingests a burst fastest so.
+SELECT pg_try_advisory_xact_lock(hashtextextended('runledger_beat.prepare.' || current_schema(), 0)) AS ok;
+
 -- claim_due_schedules --
 -- Lock up to %(limit)s schedules due by the horizon (database clock), oldest first; rows another beat holds are skipped.
 -- The horizon is the statement time plus %(lookahead)s seconds, cut to %(group_window)s seconds after the first
