@@ -23,7 +23,7 @@ if __package__ in (None, ""):
 
 from bench.common import (DSN, CountProbe, DepthProbe, Watch, celery_env, connect, db_offset, declare_queue,  # noqa: E402
                           delete_queue, drop_schema, emit, fresh_schema, insert_schedules, start, status_kb, stop,
-                          token, wait_for_log)
+                          token)
 
 LEAD = 10.0  # seconds between creating the schedules and their instant: beats start meanwhile
 

