@@ -15,15 +15,21 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from celery import Celery  # noqa: E402
-from kombu import Connection, Exchange, Producer, Queue  # noqa: E402
+from kombu import Connection, Exchange, Producer  # noqa: E402
 
 from bench.common import AMQP, DepthProbe, Watch, declare_queue, delete_queue, emit, token  # noqa: E402
+from runledger_beat.dispatch import Dispatcher  # noqa: E402
+from runledger_beat.materialize import Fire  # noqa: E402
 
 
 def _until_queued(queue: str, n: int, publish_all) -> tuple[float, float]:
@@ -43,70 +49,60 @@ def _until_queued(queue: str, n: int, publish_all) -> tuple[float, float]:
         depth.close()
 
 
-def raw_kombu(n: int) -> dict:
-    """Raw kombu Producer.publish of a small JSON body, persistent, default exchange."""
-    queue = f"bench_raw_{token()}"
+@contextmanager
+def _fresh_queue(prefix: str) -> Iterator[str]:
+    queue = f"{prefix}_{token()}"
     declare_queue(queue)
     try:
-        with Connection(AMQP) as conn:
-            producer = Producer(conn.default_channel, exchange=Exchange("", type="direct"))
-            q = Queue(queue, routing_key=queue)
-
-            def publish_all() -> None:
-                for i in range(n):
-                    producer.publish({"i": i}, routing_key=q.routing_key, serializer="json", delivery_mode=2)
-
-            looped, queued = _until_queued(queue, n, publish_all)
+        yield queue
     finally:
         delete_queue(queue)
-    return emit({"bench": "limits", "what": "raw kombu publish", "n": n, "per_s": round(n / queued),
+
+
+def _report(what: str, n: int, looped: float, queued: float) -> dict:
+    return emit({"bench": "limits", "what": what, "n": n, "per_s": round(n / queued),
                  "call_loop_per_s": round(n / looped)})
+
+
+def raw_kombu(n: int) -> dict:
+    """Raw kombu Producer.publish of a small JSON body, persistent, default exchange."""
+    with _fresh_queue("bench_raw") as queue, Connection(AMQP) as conn:
+        producer = Producer(conn.default_channel, exchange=Exchange("", type="direct"))
+
+        def publish_all() -> None:
+            for i in range(n):
+                producer.publish({"i": i}, routing_key=queue, serializer="json", delivery_mode=2)
+
+        return _report("raw kombu publish", n, *_until_queued(queue, n, publish_all))
 
 
 def send_task(n: int) -> dict:
     """Celery's app.send_task on one producer, as a user's code would send N tasks."""
-    queue = f"bench_send_{token()}"
-    declare_queue(queue)
     app = Celery("bench_limits", broker=AMQP)
-    try:
-        with app.producer_or_acquire() as producer:
-            def publish_all() -> None:
-                for i in range(n):
-                    app.send_task("bench.noop", (i,), queue=queue, producer=producer)
+    with _fresh_queue("bench_send") as queue, app.producer_or_acquire() as producer:
+        def publish_all() -> None:
+            for i in range(n):
+                app.send_task("bench.noop", (i,), queue=queue, producer=producer)
 
-            looped, queued = _until_queued(queue, n, publish_all)
-    finally:
-        delete_queue(queue)
-    return emit({"bench": "limits", "what": "celery send_task", "n": n, "per_s": round(n / queued),
-                 "call_loop_per_s": round(n / looped)})
+        return _report("celery send_task", n, *_until_queued(queue, n, publish_all))
 
 
 def broker_ceiling(n: int) -> dict:
     """N stock Celery task messages, built and encoded first, then written as fast as confirms allow."""
-    import uuid
-    from datetime import datetime, timezone
-
-    from runledger_beat.dispatch import Dispatcher
-    from runledger_beat.materialize import Fire
-
-    queue = f"bench_ceiling_{token()}"
-    declare_queue(queue)
     app = Celery("bench_limits", broker=AMQP)
-    app.conf.task_default_queue = queue
     dispatcher = Dispatcher(app)
     now = datetime.now(timezone.utc)
     fires = [Fire(uuid.uuid4(), uuid.uuid4(), f"s{i}", "bench.noop",
                   {"args": [], "kwargs": {}, "_schedule": {"schedule_id": str(uuid.uuid4()), "schedule_name": f"s{i}",
                                                            "scheduled_for": now.strftime("%Y-%m-%dT%H:%M:%SZ")}},
                   {}, now) for i in range(n)]
-    try:
-        ready = dispatcher.prepare(fires)
-        looped, queued = _until_queued(queue, n, lambda: dispatcher.publish(ready))
-    finally:
-        dispatcher.close()
-        delete_queue(queue)
-    return emit({"bench": "limits", "what": "broker ceiling", "n": n, "per_s": round(n / queued),
-                 "call_loop_per_s": round(n / looped)})
+    with _fresh_queue("bench_ceiling") as queue:
+        app.conf.task_default_queue = queue
+        try:
+            ready = dispatcher.prepare(fires)
+            return _report("broker ceiling", n, *_until_queued(queue, n, lambda: dispatcher.publish(ready)))
+        finally:
+            dispatcher.close()
 
 
 def main() -> list[dict]:

@@ -15,11 +15,12 @@ never in kwargs. Two ways lead to the broker:
   ``send_task_message`` runs ahead of the fire's instant on a producer that
   captures the message instead of sending it, and py-amqp's own frame writer
   encodes it. At the instant the frames of many messages go out in one write
-  per chunk on a channel in confirm mode; confirms are awaited per window of
-  chunks, not per message. Only confirmed fires count as sent. If the channel
-  breaks mid-batch, the unconfirmed rest goes again one message at a time,
-  each awaiting its confirm, so a message the broker refuses (a missing
-  exchange, say) fails alone and the others go out.
+  per chunk on a channel in confirm mode; confirms are read as they arrive
+  (send() then collect()), at most a window of messages unconfirmed. Only
+  confirmed fires count as sent. If the channel breaks over a message the
+  broker refuses (a missing exchange, say), the unconfirmed rest goes one
+  message at a time until that one is found; it fails alone and the others go
+  out. A broken connection gets one reconnect, then waits for the back-off.
 
 See fastpath.py for the capture, the encoding and the confirm window.
 """
@@ -47,6 +48,8 @@ PUBLISH_OPTIONS = ("queue", "routing_key", "exchange", "exchange_type", "priorit
 
 #: After a channel error, messages sent one by one to find the one the broker refuses.
 SINGLES_AFTER_CHANNEL_ERROR = 100
+#: Why a fire the broker nacked failed.
+NACKED = "broker refused the message (basic.nack)"
 
 
 @dataclass(slots=True)
@@ -224,15 +227,10 @@ class Dispatcher:
         if not self.fast_path():
             self._merge(self._publish_celery([o.fire for o in outgoing]))
             return
-        try:
-            channel = self._fast_channel()
-            self._encode(outgoing, channel)
-        except Exception as exc:  # the broker cannot be reached
-            self.release()
-            self._merge(PublishResult(failed=[(o.fire, _reason(exc)) for o in outgoing], error=exc))
-            return
-        channel.send(outgoing)
-        self._settle(channel, wait=False)
+        channel = self._ready(outgoing)
+        if channel is not None:
+            channel.send(outgoing)
+            self._settle(channel, wait=False)
 
     def collect(self, wait: bool = True) -> PublishResult:
         """What became of the fires sent so far (with ``wait``, of all of them); resets the tally."""
@@ -250,57 +248,65 @@ class Dispatcher:
         self._done.failed.extend(result.failed)
         self._done.error = result.error or self._done.error
 
+    def _fail_all(self, outgoing: Sequence[Outgoing], error: BaseException) -> None:
+        """The broker connection is gone: drop it; these fires wait for the caller's back-off."""
+        self.release()
+        self._merge(PublishResult(failed=[(o.fire, _reason(error)) for o in outgoing], error=error))
+
+    def _ready(self, outgoing: Sequence[Outgoing]) -> fastpath.ConfirmChannel | None:
+        """A usable confirm channel with ``outgoing`` encoded for it; None (fires failed) if unreachable."""
+        try:
+            channel = self._fast_channel()
+            self._encode(outgoing, channel)
+            return channel
+        except Exception as exc:
+            self._fail_all(outgoing, exc)
+            return None
+
     def _settle(self, channel: fastpath.ConfirmChannel, wait: bool) -> None:
         channel.settle(wait)
-        acked, nacked = channel.take()
-        self._merge(PublishResult(sent=[o.fire.id for o in acked],
-                                  failed=[(o.fire, "broker refused the message (basic.nack)") for o in nacked]))
+        self._tally(*channel.take())
         if channel.error is not None:
             if self._fast is channel:
                 self._fast = None
-            self._merge(self._recover(channel.abandon(), channel.error))
+            self._recover(channel.abandon(), channel.error)
 
-    def _recover(self, rest: list[Outgoing], error: BaseException) -> PublishResult:
+    def _tally(self, acked: list[Outgoing], nacked: list[Outgoing]) -> None:
+        self._merge(PublishResult(sent=[o.fire.id for o in acked], failed=[(o.fire, NACKED) for o in nacked]))
+
+    def _recover(self, rest: list[Outgoing], error: BaseException) -> None:
         """The channel broke with ``rest`` unconfirmed: a connection error gets one reconnect (then it
         is the caller's to back off); a channel error means the broker refused some message, so go
         one message at a time, each awaiting its confirm, until it is found; it fails alone and the
         rest go in a batch again."""
-        result = PublishResult()
         singles, reconnected = 0, False
         while True:
             if fastpath.is_connection_error(error, self._conn):
-                self.release()
                 if reconnected:
-                    result.error = error
-                    result.failed.extend((o.fire, _reason(error)) for o in rest)
-                    return result
+                    self._fail_all(rest, error)
+                    return
+                self.release()
                 reconnected = True
             elif singles and rest:  # the broker closed the channel over this one message
                 log.warning("runledger: publishing %s (%s) failed: %s", rest[0].fire.id, rest[0].fire.job_type,
                             _reason(error))
-                result.failed.append((rest[0].fire, _reason(error)))
+                self._merge(PublishResult(failed=[(rest[0].fire, _reason(error))]))
                 rest, singles = rest[1:], 0
             else:  # a batch broke over some message: find it
                 singles = SINGLES_AFTER_CHANNEL_ERROR
             while rest:
                 chunk = rest[:1] if singles else rest
-                try:
-                    channel = self._fast_channel()
-                    self._encode(chunk, channel)
-                except Exception as exc:  # the broker cannot be reached
-                    self.release()
-                    result.error = exc
-                    result.failed.extend((o.fire, _reason(exc)) for o in rest)
-                    return result
-                sent, refused, unresolved, error = channel.publish(chunk)
-                result.sent.extend(sent)
-                result.failed.extend((f, "broker refused the message (basic.nack)") for f in refused)
+                channel = self._ready(rest)
+                if channel is None:
+                    return
+                acked, nacked, unresolved, error = channel.publish(chunk)
+                self._tally(acked, nacked)
                 rest = unresolved + rest[len(chunk):]
                 if error is not None:
                     break
                 singles = max(0, singles - 1)
             else:
-                return result
+                return
 
     def _publish_celery(self, fires: Sequence[Fire]) -> PublishResult:
         """Stock Celery publishing, one message at a time; a channel error fails that fire alone."""

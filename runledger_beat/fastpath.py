@@ -157,7 +157,6 @@ class ConfirmChannel:
     """
 
     def __init__(self, kombu_conn: Any) -> None:
-        self.kombu_conn = kombu_conn
         self.connection = kombu_conn.connection  # the amqp.Connection
         self.channel = self.connection.channel()
         self.channel.confirm_select()
@@ -277,10 +276,11 @@ class ConfirmChannel:
         self._pending, self._unsent = {}, []
         return rest
 
-    def publish(self, outgoing: Sequence[Outgoing]) -> tuple[list, list, list[Outgoing], BaseException | None]:
-        """Send and wait for every confirm: (ids acked, fires refused, fires unresolved, error)."""
+    def publish(self, outgoing: Sequence[Outgoing]) -> tuple[list[Outgoing], list[Outgoing], list[Outgoing],
+                                                             BaseException | None]:
+        """Send and wait for every confirm: (acked, refused, unresolved, error)."""
         self.send(outgoing)
         self.settle(wait=True)
         acked, nacked = self.take()
         rest = self.abandon() if self.error is not None else []
-        return [o.fire.id for o in acked], [o.fire for o in nacked], rest, self.error
+        return acked, nacked, rest, self.error
