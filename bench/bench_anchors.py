@@ -22,8 +22,19 @@ if __package__ in (None, ""):
 
 import subprocess  # noqa: E402
 
-from bench.common import (DepthProbe, Watch, celery_env, declare_queue, delete_queue, drop_schema,  # noqa: E402
-                          emit, start, status_kb, stop, token)
+from bench.common import (  # noqa: E402
+    DepthProbe,
+    Watch,
+    celery_env,
+    declare_queue,
+    delete_queue,
+    drop_schema,
+    emit,
+    start,
+    status_kb,
+    stop,
+    token,
+)
 
 LEAD = 40.0        # at least this long between set-up and the instant: beat loads its entries meanwhile
 GIVE_UP = 900.0    # seconds after the instant

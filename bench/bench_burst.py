@@ -21,9 +21,25 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (DSN, CountProbe, DepthProbe, Watch, celery_env, connect, db_offset, declare_queue,  # noqa: E402
-                          delete_queue, drop_schema, emit, fresh_schema, insert_schedules, start, status_kb, stop,
-                          token)
+from bench.common import (  # noqa: E402
+    DSN,
+    CountProbe,
+    DepthProbe,
+    Watch,
+    celery_env,
+    connect,
+    db_offset,
+    declare_queue,
+    delete_queue,
+    drop_schema,
+    emit,
+    fresh_schema,
+    insert_schedules,
+    start,
+    status_kb,
+    stop,
+    token,
+)
 
 LEAD = 10.0  # seconds between creating the schedules and their instant: beats start meanwhile
 

@@ -25,10 +25,25 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import contextlib
+
 from kombu import Connection, Consumer, Queue  # noqa: E402
 
-from bench.common import (AMQP, DSN, celery_env, connect, db_offset, declare_queue, delete_queue,  # noqa: E402
-                          drop_schema, emit, fresh_schema, start, stop, token)
+from bench.common import (  # noqa: E402
+    AMQP,
+    DSN,
+    celery_env,
+    connect,
+    db_offset,
+    declare_queue,
+    delete_queue,
+    drop_schema,
+    emit,
+    fresh_schema,
+    start,
+    stop,
+    token,
+)
 from runledger_beat.timeengine import Timing, next_fire_after  # noqa: E402
 
 LEAD = 8.0
@@ -56,10 +71,8 @@ class Arrivals(threading.Thread):
             with Consumer(conn, [Queue(self.queue, no_declare=True)], callbacks=[on_message],
                           accept=["json"], prefetch_count=1000):
                 while not self.stopping.is_set():
-                    try:
+                    with contextlib.suppress(TimeoutError):
                         conn.drain_events(timeout=0.2)
-                    except TimeoutError:
-                        pass
 
 
 def lag(schedules: int = 1000, seconds: float = 120) -> dict:

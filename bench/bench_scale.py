@@ -17,8 +17,20 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (DSN, celery_env, connect, cpu_seconds, drop_schema, emit, fresh_schema,  # noqa: E402
-                          insert_schedules, start, status_kb, stop, token)
+from bench.common import (  # noqa: E402
+    DSN,
+    celery_env,
+    connect,
+    cpu_seconds,
+    drop_schema,
+    emit,
+    fresh_schema,
+    insert_schedules,
+    start,
+    status_kb,
+    stop,
+    token,
+)
 
 SETTLE = 10.0
 

@@ -125,7 +125,8 @@ def tables(out: dict) -> str:
              "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {t} | {v} | {'yes' if ok else 'NO'} |" for t, v, ok in targets(out)]
     lines += ["", "Burst: N schedules due at one instant, until all are in the ledger and in the queue.", "",
-              "| N | beats | s after the instant (median) | fires/s | runs (min–max s) | peak RSS per beat | duplicates |",
+              "| N | beats | s after the instant (median) | fires/s | runs (min–max s) | peak RSS per beat"
+              " | duplicates |",
               "|---|---|---|---|---|---|---|"]
     for r in out["burst"]:
         lines.append(f"| {r['n']:,} | {r['beats']} | {r['seconds_after_due']} | {r['fires_per_s']:,} | "
@@ -143,7 +144,8 @@ def tables(out: dict) -> str:
         ours = _burst(out, n, 1)
         if not ours:
             continue
-        lines.append(f"| {n:,} | runledger_beat (1 beat) | {ours['seconds_after_due']} | {ours['fires_per_s']:,} | 1× |")
+        lines.append(f"| {n:,} | runledger_beat (1 beat) | {ours['seconds_after_due']} "
+                     f"| {ours['fires_per_s']:,} | 1× |")
         for a in sorted((a for a in out["anchors"] if a["n"] == n), key=lambda a: -a["fires_per_s"]):
             lines.append(f"| {n:,} | {a['label']} | {a['seconds_after_due']} | {a['fires_per_s']:,} | "
                          f"{ours['fires_per_s'] / a['fires_per_s']:.0f}× faster |")
@@ -158,8 +160,9 @@ def tables(out: dict) -> str:
                      f"{ceiling:,.0f} | {ours['fires_per_s'] / ceiling:.2f}× |")
     lag, scale = out.get("lag"), out.get("scale", [])
     if lag:
-        lines += ["", f"Lag ({lag['schedules']:,} schedules, {lag['seconds']:.0f} s, {lag['fires']:,} fires; arrival at a "
-                      f"consumer − scheduled_for): p50 {lag['p50_ms']} ms, p99 {lag['p99_ms']} ms, max {lag['max_ms']} ms. "
+        lines += ["", f"Lag ({lag['schedules']:,} schedules, {lag['seconds']:.0f} s, {lag['fires']:,} fires; "
+                      f"arrival at a consumer − scheduled_for): p50 {lag['p50_ms']} ms, p99 {lag['p99_ms']} ms, "
+                      f"max {lag['max_ms']} ms. "
                       f"Ledger sent_at (after the broker's confirm): p50 {lag['sent_at_p50_ms']} ms, "
                       f"p99 {lag['sent_at_p99_ms']} ms."]
     for r in scale:

@@ -1,7 +1,8 @@
 """``runledger-beat``: manage schedules and read the ledger from the shell.
 
 DSN: --dsn, else env RUNLEDGER_DSN, else the --app Celery app's runledger_dsn.
-Schema: --schema, else env RUNLEDGER_SCHEMA, else "runledger".
+Schema: --schema, else env RUNLEDGER_SCHEMA, else "runledger". The global
+options (--dsn, --schema, --app) go before or after the subcommand.
 Exit codes: 0 done; 2 bad usage or validation ("error: <field>: <reason>" on
 stderr, nothing written); 1 runtime failure (one line, never the password).
 
@@ -19,7 +20,8 @@ stderr, nothing written); 1 runtime failure (one line, never the password).
   "stage", "status", "created_at", "sent_at", "started_at", "finished_at",
   "dispatch_attempts", "last_error", "worker", "retries", "duplicates"}
 - remove: {"removed": name}; migrate: {"applied": [file, ...]};
-  sync: {"created", "updated", "unchanged", "deactivated", "errors": {name: text}}
+  sync: {"created", "updated", "unchanged", "deactivated", "errors": {name: text}};
+  stats: [{"name", "total", "counts", "send_lag_p50", ...}]; preview: [time, ...]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import json
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -36,11 +39,16 @@ import psycopg
 
 from . import api
 from .db import ConfigError, connect, migrate, redact_dsn, safe_error
-from .timeengine import ScheduleError, fire_times, format_rfc3339
+from .formats import format_rfc3339, parse_duration
+from .timeengine import ScheduleError
 
 
 class UsageError(Exception):
     """Bad command line input (exit 2)."""
+
+
+# ---------------------------------------------------------------------------
+# Output
 
 
 def _jsonable(value: Any) -> Any:
@@ -57,6 +65,22 @@ def _jsonable(value: Any) -> Any:
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
     print(json.dumps(_jsonable(data), indent=2, sort_keys=True) if getattr(args, "json", False) else text)
+
+
+def _line(s: dict) -> str:
+    when = s["cron"] or (f"every {s['every']:g}s" if s["every"] is not None else f"at {s['at']}")
+    nxt = format_rfc3339(s["next_fire_at"]) if s["next_fire_at"] else "-"
+    state = "active" if s["active"] else "paused"
+    return f"{s['name']}\t{s['task']}\t{when}\t{s['timezone']}\t{state}\tnext={nxt}"
+
+
+def _job_line(j: dict) -> str:
+    when = format_rfc3339(j["scheduled_for"]) if j["scheduled_for"] else "-"
+    return f"{when}\t{j['stage']}\t{j['status']}\t{j['id']}" + (f"\t{j['last_error']}" if j["last_error"] else "")
+
+
+# ---------------------------------------------------------------------------
+# Input
 
 
 def _json_arg(field: str, text: str | None) -> Any:
@@ -86,208 +110,239 @@ def _dsn(args: argparse.Namespace) -> str:
         return args.dsn
     if os.environ.get("RUNLEDGER_DSN"):
         return os.environ["RUNLEDGER_DSN"]
-    if getattr(args, "app", None):
+    if args.app:
         dsn = _load_app(args.app).conf.get("runledger_dsn")
         if dsn:
             return dsn
     raise UsageError("no database: give --dsn, set RUNLEDGER_DSN, or --app with runledger_dsn")
 
 
-def _definition_args(p: argparse.ArgumentParser, update: bool) -> None:
-    p.add_argument("name")
-    p.add_argument("--task", required=not update)
-    form = p.add_mutually_exclusive_group(required=not update)
-    form.add_argument("--cron")
-    form.add_argument("--every", help="duration: 30s, 5m, 1h30m or seconds")
-    form.add_argument("--at", help="ISO 8601 instant for a one-off")
-    p.add_argument("--tz", dest="timezone")
-    p.add_argument("--args")
-    p.add_argument("--kwargs")
-    p.add_argument("--queue")
-    p.add_argument("--routing-key")
-    p.add_argument("--priority", type=int)
-    p.add_argument("--expires", help="seconds or duration")
-    p.add_argument("--jitter", type=int)
-    p.add_argument("--misfire")
-    p.add_argument("--grace", help="seconds or duration")
-    p.add_argument("--overlap")
-    p.add_argument("--start")
-    p.add_argument("--end")
-    p.add_argument("--org")
-    p.add_argument("--day-and", action="store_true", default=None)
-    if update:
-        state = p.add_mutually_exclusive_group()
-        state.add_argument("--paused", dest="active", action="store_false", default=None)
-        state.add_argument("--active", dest="active", action="store_true", default=None)
-    else:
-        p.add_argument("--paused", dest="active", action="store_false", default=True)
-    p.add_argument("--json", action="store_true")
+_SIMPLE_FIELDS = {"task": "task", "cron": "cron", "every": "every", "at": "at", "timezone": "timezone",
+                  "jitter": "max_jitter", "misfire": "misfire", "grace": "grace", "overlap": "overlap",
+                  "start": "start", "end": "end", "org": "organization_id", "day_and": "day_and",
+                  "active": "active"}
+_OPTION_FLAGS = ("queue", "routing_key", "priority", "expires")
 
 
 def _fields(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments for api.create/update from the given options only."""
-    out: dict[str, Any] = {}
-    simple = {"task": "task", "cron": "cron", "every": "every", "at": "at", "timezone": "timezone",
-              "jitter": "max_jitter", "misfire": "misfire", "grace": "grace", "overlap": "overlap",
-              "start": "start", "end": "end", "org": "organization_id", "day_and": "day_and",
-              "active": "active"}
-    for attr, key in simple.items():
-        value = getattr(args, attr, None)
-        if value is not None:
-            out[key] = value
-    if args.args is not None:
-        out["args"] = _json_arg("args", args.args)
-    if args.kwargs is not None:
-        out["kwargs"] = _json_arg("kwargs", args.kwargs)
-    options = {k: getattr(args, a) for k, a in (("queue", "queue"), ("routing_key", "routing_key"),
-                                                 ("priority", "priority"), ("expires", "expires"))
-               if getattr(args, a) is not None}
+    out = {key: getattr(args, attr) for attr, key in _SIMPLE_FIELDS.items() if getattr(args, attr, None) is not None}
+    for field in ("args", "kwargs"):
+        if getattr(args, field) is not None:
+            out[field] = _json_arg(field, getattr(args, field))
+    options = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
     if options:
         out["options"] = options
     return out
 
 
-def _line(s: dict) -> str:
-    when = s["cron"] or (f"every {s['every']:g}s" if s["every"] is not None else f"at {s['at']}")
-    nxt = format_rfc3339(s["next_fire_at"]) if s["next_fire_at"] else "-"
-    state = "active" if s["active"] else "paused"
-    return f"{s['name']}\t{s['task']}\t{when}\t{s['timezone']}\t{state}\tnext={nxt}"
+# ---------------------------------------------------------------------------
+# Commands: each takes the parsed arguments and the DSN, prints, returns the exit code
 
 
-def _job_line(j: dict) -> str:
-    when = format_rfc3339(j["scheduled_for"]) if j["scheduled_for"] else "-"
-    return f"{when}\t{j['stage']}\t{j['status']}\t{j['id']}" + (f"\t{j['last_error']}" if j["last_error"] else "")
-
-
-def _cmd(args: argparse.Namespace, dsn: str) -> int:
-    s = args.schema
-    c = args.command
-    if c == "migrate":
-        with connect(dsn, "public") as conn:
-            applied = migrate(conn, s)
-        _emit(args, {"applied": applied}, "applied: " + (", ".join(applied) or "nothing (up to date)"))
-    elif c == "add":
-        row = api.create(dsn, args.name, schema=s, **_fields(args))
-        _emit(args, row, "added " + _line(row))
-    elif c == "update":
-        row = api.update(dsn, args.name, schema=s, **_fields(args))
-        _emit(args, row, "updated " + _line(row))
-    elif c == "list":
-        rows = api.list_schedules(dsn, task=args.task, schema=s)
-        _emit(args, rows, "\n".join(_line(r) for r in rows) or "no schedules")
-    elif c == "show":
-        row = api.get(dsn, args.name, schema=s)
-        if row is None:
-            raise ScheduleError("name", f"no schedule named {args.name!r}")
-        from .schedule_row import timing_from_row
-        with connect(dsn, s, autocommit=True) as conn:
-            raw = api._one(conn, api.queries.api_get_schedule, {"name": args.name})
-            now = api._db_now(conn)
-        fires = fire_times(timing_from_row(raw), now, uuid.UUID(row["id"]), 5) if row["active"] else []
-        jobs = api.history(dsn, args.name, limit=5, schema=s)
-        data = {"schedule": row, "next_fires": fires, "history": jobs}
-        text = "\n".join([f"{k}: {_jsonable(v)}" for k, v in row.items()]
-                         + ["next fires:"] + [f"  {format_rfc3339(f)}" for f in fires]
-                         + ["history:"] + [f"  {_job_line(j)}" for j in jobs])
-        _emit(args, data, text)
-    elif c in ("pause", "resume"):
-        row = getattr(api, c)(dsn, args.name, schema=s)
-        _emit(args, row, f"{c}d " + _line(row))
-    elif c == "remove":
-        api.remove(dsn, args.name, schema=s)
-        _emit(args, {"removed": args.name}, f"removed {args.name}")
-    elif c == "trigger":
-        job = api.trigger(dsn, args.name, schema=s)
-        _emit(args, job, f"triggered {args.name}: ledger row {job['id']} (pending; a running beat publishes it)")
-    elif c == "history":
-        jobs = api.history(dsn, args.name, limit=args.limit, status=args.status, schema=s)
-        _emit(args, jobs, "\n".join(_job_line(j) for j in jobs) or "no ledger rows")
-    elif c == "sync":
-        from .importer import sync_beat_schedule
-        app = _load_app(args.app)
-        with connect(dsn, s) as conn:
-            report = sync_beat_schedule(conn, app, app.conf.beat_schedule or {})
-        _emit(args, report, ", ".join(f"{k}={v}" for k, v in report.items() if k != "errors")
-              + "".join(f"\nskipped: {e}" for e in report["errors"].values()))
+def cmd_migrate(args: argparse.Namespace, dsn: str) -> int:
+    with connect(dsn, "public") as conn:
+        applied = migrate(conn, args.schema)
+    _emit(args, {"applied": applied}, "applied: " + (", ".join(applied) or "nothing (up to date)"))
     return 0
 
 
-_PLUGINS = {"preview": ("runledger_beat.preview", "add_preview_arguments", "run_preview"),
-            "stats": ("runledger_beat.stats", "add_stats_arguments", "run_stats"),
-            "demo": ("runledger_beat.demo", "add_demo_arguments", "run_demo")}
+def cmd_add(args: argparse.Namespace, dsn: str) -> int:
+    row = api.create(dsn, args.name, schema=args.schema, **_fields(args))
+    _emit(args, row, "added " + _line(row))
+    return 0
 
 
-def _plugin(name: str) -> tuple[Any, Any] | None:
-    import importlib
-    module, add, run = _PLUGINS[name]
-    try:
-        mod = importlib.import_module(module)
-        return getattr(mod, add), getattr(mod, run)
-    except (ImportError, AttributeError):
-        return None
+def cmd_update(args: argparse.Namespace, dsn: str) -> int:
+    row = api.update(dsn, args.name, schema=args.schema, **_fields(args))
+    _emit(args, row, "updated " + _line(row))
+    return 0
 
 
-def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+def cmd_list(args: argparse.Namespace, dsn: str) -> int:
+    rows = api.list_schedules(dsn, task=args.task, schema=args.schema)
+    _emit(args, rows, "\n".join(_line(r) for r in rows) or "no schedules")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, dsn: str) -> int:
+    row = api.get(dsn, args.name, schema=args.schema)
+    if row is None:
+        raise ScheduleError("name", f"no schedule named {args.name!r}")
+    fires = api.next_fires(dsn, args.name, 5, schema=args.schema)
+    jobs = api.history(dsn, args.name, limit=5, schema=args.schema)
+    text = "\n".join([f"{k}: {_jsonable(v)}" for k, v in row.items()]
+                     + ["next fires:"] + [f"  {format_rfc3339(f)}" for f in fires]
+                     + ["history:"] + [f"  {_job_line(j)}" for j in jobs])
+    _emit(args, {"schedule": row, "next_fires": fires, "history": jobs}, text)
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace, dsn: str) -> int:
+    row = api.pause(dsn, args.name, schema=args.schema)
+    _emit(args, row, "paused " + _line(row))
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace, dsn: str) -> int:
+    row = api.resume(dsn, args.name, schema=args.schema)
+    _emit(args, row, "resumed " + _line(row))
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace, dsn: str) -> int:
+    api.remove(dsn, args.name, schema=args.schema)
+    _emit(args, {"removed": args.name}, f"removed {args.name}")
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace, dsn: str) -> int:
+    job = api.trigger(dsn, args.name, schema=args.schema)
+    _emit(args, job, f"triggered {args.name}: ledger row {job['id']} (pending; a running beat publishes it)")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace, dsn: str) -> int:
+    jobs = api.history(dsn, args.name, limit=args.limit, status=args.status, schema=args.schema)
+    _emit(args, jobs, "\n".join(_job_line(j) for j in jobs) or "no ledger rows")
+    return 0
+
+
+def cmd_sync(args: argparse.Namespace, dsn: str) -> int:
+    from .importer import sync_beat_schedule
+    if not args.app:
+        raise UsageError("--app: sync needs --app proj.celery")
+    app = _load_app(args.app)
+    with connect(dsn, args.schema) as conn:
+        report = sync_beat_schedule(conn, app, app.conf.beat_schedule or {})
+    _emit(args, report, ", ".join(f"{k}={v}" for k, v in report.items() if k != "errors")
+          + "".join(f"\nskipped: {e}" for e in report["errors"].values()))
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace, dsn: str) -> int:
+    from .stats import render, stats
+    since = parse_duration(args.since, "since") if args.since else None
+    with connect(dsn, args.schema, autocommit=True) as conn:
+        items = stats(conn, args.name, since)
+    _emit(args, items, render(items))
+    return 0
+
+
+def cmd_preview(args: argparse.Namespace, dsn: str) -> int:
+    from .preview import run_preview
+    return run_preview(args)
+
+
+def cmd_demo(args: argparse.Namespace, dsn: str) -> int:
+    from .demo import run_demo
+    return run_demo(args)
+
+
+#: Commands that need no database.
+_OFFLINE = {"preview", "demo"}
+COMMANDS: dict[str, Callable[[argparse.Namespace, str], int]] = {
+    name.removeprefix("cmd_"): fn for name, fn in globals().items() if name.startswith("cmd_")}
+
+
+# ---------------------------------------------------------------------------
+# The parser
+
+
+def _global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """--dsn, --schema and --app; on subcommands they default to "not given" so the top level's value stands."""
+    keep = {} if top else {"default": argparse.SUPPRESS}
+    parser.add_argument("--dsn", help="Postgres DSN (else env RUNLEDGER_DSN, else --app's runledger_dsn)",
+                        **({"default": None} if top else keep))
+    parser.add_argument("--schema", help="schema of the runledger tables (else env RUNLEDGER_SCHEMA, else runledger)",
+                        **({"default": os.environ.get("RUNLEDGER_SCHEMA", "runledger")} if top else keep))
+    parser.add_argument("--app", help="Celery app, e.g. proj.celery:app or proj.celery",
+                        **({"default": None} if top else keep))
+
+
+def _definition_args(p: argparse.ArgumentParser, update: bool) -> None:
+    p.add_argument("name", help="schedule name (unique)")
+    p.add_argument("--task", required=not update, help="Celery task name to send")
+    form = p.add_mutually_exclusive_group(required=not update)
+    form.add_argument("--cron", help="cron expression: 5 fields, 6 with seconds first, or @daily etc.")
+    form.add_argument("--every", help="interval: 30s, 5m, 1h30m or seconds")
+    form.add_argument("--at", help="ISO 8601 instant for a one-off")
+    p.add_argument("--tz", dest="timezone", help="IANA time zone of the cron expression (default UTC)")
+    p.add_argument("--args", help="JSON list of positional arguments")
+    p.add_argument("--kwargs", help="JSON object of keyword arguments")
+    p.add_argument("--queue", help="queue to send to")
+    p.add_argument("--routing-key", help="routing key to send with")
+    p.add_argument("--priority", type=int, help="message priority 0..255")
+    p.add_argument("--expires", help="seconds (or duration) after the fire's instant the message expires")
+    p.add_argument("--jitter", type=int, help="max jitter in seconds (deterministic per schedule)")
+    p.add_argument("--misfire", help="fire_once (default) or skip: what to do with fires missed in an outage")
+    p.add_argument("--grace", help="seconds (or duration) a missed fire may be late and still run")
+    p.add_argument("--overlap", help="allow (default) or skip: skip a fire while the previous run is live")
+    p.add_argument("--start", help="ISO 8601: no fire before this instant (also the interval anchor)")
+    p.add_argument("--end", help="ISO 8601: no fire after this instant")
+    p.add_argument("--org", help="organization UUID")
+    p.add_argument("--day-and", action="store_true", default=None,
+                   help="AND day-of-month and day-of-week (Celery's crontab) instead of cron's OR")
+    if update:
+        state = p.add_mutually_exclusive_group()
+        state.add_argument("--paused", dest="active", action="store_false", default=None, help="pause it")
+        state.add_argument("--active", dest="active", action="store_true", default=None, help="activate it")
+    else:
+        p.add_argument("--paused", dest="active", action="store_false", default=True, help="create it paused")
+
+
+def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
+    helps = {
+        "migrate": "create or upgrade the tables", "add": "create a schedule",
+        "update": "change a schedule (only the given options)", "list": "list schedules",
+        "show": "one schedule, its next fires and latest runs", "pause": "stop a schedule firing",
+        "resume": "start a paused schedule again from now", "remove": "delete a schedule (its ledger stays)",
+        "trigger": "fire a schedule now, out of band", "history": "latest ledger rows of a schedule",
+        "sync": "import a Celery app's beat_schedule", "stats": "per-schedule counts and lag percentiles",
+        "preview": "the next fires of a timing (no database needed)",
+        "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
+    parsers = {}
+    for name in COMMANDS:
+        p = sub.add_parser(name, help=helps[name], description=helps[name])
+        _global_options(p, top=False)
+        if name not in ("preview", "demo"):
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        parsers[name] = p
+    return parsers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    from .preview import add_preview_arguments
     parser = argparse.ArgumentParser(prog="runledger-beat", description=__doc__.split("\n")[0])
-    parser.add_argument("--dsn", help="Postgres DSN (else env RUNLEDGER_DSN, else --app's runledger_dsn)")
-    parser.add_argument("--schema", default=os.environ.get("RUNLEDGER_SCHEMA", "runledger"))
-    parser.add_argument("--app", help="Celery app, e.g. proj.celery:app or proj.celery")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("migrate", help="create or upgrade the tables")
-    p.add_argument("--json", action="store_true")
-    _definition_args(sub.add_parser("add", help="create a schedule"), update=False)
-    _definition_args(sub.add_parser("update", help="change a schedule (only given options)"), update=True)
-    p = sub.add_parser("list", help="list schedules")
-    p.add_argument("--task")
-    p.add_argument("--json", action="store_true")
-    for name in ("show", "pause", "resume", "remove", "trigger"):
-        p = sub.add_parser(name)
-        p.add_argument("name")
-        p.add_argument("--json", action="store_true")
-    p = sub.add_parser("history", help="latest ledger rows of a schedule")
-    p.add_argument("name")
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--status")
-    p.add_argument("--json", action="store_true")
-    p = sub.add_parser("sync", help="import a Celery app's beat_schedule")
-    p.add_argument("--app", dest="app", required=False, default=argparse.SUPPRESS)
-    p.add_argument("--json", action="store_true")
-    # Plugins are imported only when their subcommand is asked for.
-    wanted = next((a for a in argv if a in _PLUGINS), None)
-    for name in _PLUGINS:
-        p = sub.add_parser(name, help=f"{name} (see runledger-beat {name} --help)")
-        if name == wanted:
-            found = _plugin(name)
-            if found:
-                found[0](p)
-                p.set_defaults(_run=found[1])
+    _global_options(parser, top=True)
+    p = _subcommands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    _definition_args(p["add"], update=False)
+    _definition_args(p["update"], update=True)
+    p["list"].add_argument("--task", help="only schedules of this task")
+    for name in ("show", "pause", "resume", "remove", "trigger", "history"):
+        p[name].add_argument("name", help="schedule name")
+    p["history"].add_argument("--limit", type=int, default=20, help="how many rows (default 20)")
+    p["history"].add_argument("--status", help="only rows of this status")
+    p["stats"].add_argument("name", nargs="?", default=None, help="only this schedule")
+    p["stats"].add_argument("--since", metavar="DURATION", help="only fires scheduled within this long ago (1h, 7d)")
+    add_preview_arguments(p["preview"])
+    p["demo"].add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(argv)
+    """Run one command; returns the exit code."""
+    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    if args.command in _PLUGINS:
-        run = getattr(args, "_run", None)
-        if run is None:
-            print(f"error: {args.command}: {_PLUGINS[args.command][0]} is not available", file=sys.stderr)
-            return 1
-        try:
-            return int(run(args) or 0)
-        except ScheduleError as exc:
-            print(f"error: {exc.field}: {exc.reason}", file=sys.stderr)
-            return 2
-    if args.command == "sync" and not getattr(args, "app", None):
-        print("error: --app: sync needs --app proj.celery", file=sys.stderr)
-        return 2
     dsn = ""
     try:
-        dsn = _dsn(args)
-        return _cmd(args, dsn)
+        if args.command not in _OFFLINE:
+            dsn = _dsn(args)
+        return COMMANDS[args.command](args, dsn)
     except ScheduleError as exc:
         print(f"error: {exc.field}: {exc.reason}", file=sys.stderr)
         return 2

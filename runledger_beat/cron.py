@@ -52,8 +52,8 @@ FIELDS = [
     ("month", 1, 12),
     ("day-of-week", 0, 7),
 ]
-MONTH_NAMES = {n: i + 1 for i, n in enumerate("JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split())}
-DAY_NAMES = {n: i for i, n in enumerate("SUN MON TUE WED THU FRI SAT".split())}
+MONTH_NAMES = {n: i + 1 for i, n in enumerate(["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"])}
+DAY_NAMES = {n: i for i, n in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])}
 MAX_DAYS_IN_MONTH = [0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 
 

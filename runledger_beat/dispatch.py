@@ -27,6 +27,7 @@ See fastpath.py for the capture, the encoding and the confirm window.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,31 +36,15 @@ from typing import Any
 from celery import Celery, signals
 
 from . import fastpath
-from .materialize import Fire
-from .payload import LEDGER_HEADER, SCHEDULE_HEADER, task_arguments
+from .fires import Fire, Outgoing
+from .messages import send_fire
 
 log = logging.getLogger("runledger_beat.dispatch")
-
-#: Keys of a schedule's ``options`` passed to Celery's publish.
-PUBLISH_OPTIONS = ("queue", "routing_key", "exchange", "exchange_type", "priority",
-                   "expires", "headers", "time_limit", "soft_time_limit",
-                   "serializer", "compression", "delivery_mode", "ignore_result")
-
 
 #: After a channel error, messages sent one by one to find the one the broker refuses.
 SINGLES_AFTER_CHANNEL_ERROR = 100
 #: Why a fire the broker nacked failed.
 NACKED = "broker refused the message (basic.nack)"
-
-
-@dataclass(slots=True)
-class Outgoing:
-    """A fire ready to publish; on the fast path with its AMQP frames encoded ahead."""
-
-    fire: Fire
-    frames: bytes | None = None
-    channel_id: int = 0
-    declare: tuple = ()
 
 
 @dataclass
@@ -94,47 +79,6 @@ class Dispatcher:
         self._encoder: fastpath.Encoder | None = None
         self._amqp: bool | None = None  # is the broker transport py-amqp?
         self._done = PublishResult()     # sent / failed since the last collect()
-
-    # -- building --------------------------------------------------------
-
-    def _options(self, fire: Fire) -> dict[str, Any]:
-        task = self.app.tasks.get(fire.job_type)
-        options: dict[str, Any] = {}
-        if task is not None:
-            options.update(task._get_exec_options())  # queue/routing set on @app.task
-        options.update({k: v for k, v in (fire.options or {}).items() if k in PUBLISH_OPTIONS and v is not None})
-        return options
-
-    def send_with(self, producer: Any, fire: Fire, sent_event: bool) -> None:
-        """Hand one fire to Celery's ``send_task_message`` on ``producer`` (real or capturing)."""
-        app = self.app
-        args, kwargs = task_arguments(fire.payload)
-        options = self._options(fire)
-        headers = dict(options.pop("headers", None) or {})
-        headers[LEDGER_HEADER] = str(fire.id)
-        headers["celery_beat_task"] = True  # as celery.beat sets it
-        if isinstance(fire.payload, dict) and SCHEDULE_HEADER in fire.payload:
-            headers[SCHEDULE_HEADER] = fire.payload[SCHEDULE_HEADER]
-        time_limit = options.pop("time_limit", None)
-        soft_time_limit = options.pop("soft_time_limit", None)
-        expires = options.pop("expires", None)
-        ignore_result = bool(options.pop("ignore_result", False))
-        task = app.tasks.get(fire.job_type)
-        options = app.amqp.router.route(options, fire.job_type, args, kwargs, task)
-        if isinstance(expires, (int, float)) and not isinstance(expires, bool):
-            options["expiration"] = max(float(expires), 0.0)
-        # Expiry counts from the fire's instant, even when the message is built ahead of it.
-        now = app.now()
-        if fire.scheduled_for is not None and fire.scheduled_for > now:
-            now = fire.scheduled_for.astimezone(now.tzinfo)
-        task_id = str(fire.id)
-        message = app.amqp.create_task_message(
-            task_id, fire.job_type, args, kwargs,
-            expires=expires, time_limit=time_limit, soft_time_limit=soft_time_limit,
-            create_sent_event=sent_event, root_id=task_id, ignore_result=ignore_result, now=now,
-        )
-        app.amqp.send_task_message(producer, fire.job_type, message, headers=headers,
-                                   retry=False, **options)
 
     # -- the broker connection ---------------------------------------------
 
@@ -174,10 +118,8 @@ class Dispatcher:
     def release(self) -> None:
         """Drop the broker connection (after an error, or at shutdown)."""
         if self._conn is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._conn.release()
-            except Exception:
-                pass
         self._conn = None
         self._producer = None
         self._fast = None
@@ -201,24 +143,35 @@ class Dispatcher:
         except Exception as exc:
             log.debug("runledger: broker not reachable while preparing (%s); encoding later", exc)
             return outgoing
-        self._encode(outgoing, channel)
+        self._encode(outgoing, channel, report=False)
         return outgoing
 
-    def _encode(self, outgoing: Sequence[Outgoing], channel: fastpath.ConfirmChannel) -> None:
+    def _encode(self, outgoing: Sequence[Outgoing], channel: fastpath.ConfirmChannel,
+                report: bool = True) -> list[Outgoing]:
+        """Encode (or retarget) ``outgoing`` for ``channel``; returns those ready. A fire whose message
+        cannot be built fails alone (reported with ``report``, else left to be tried again at send)."""
         if self._encoder is None:
-            self._encoder = fastpath.Encoder(self)
+            self._encoder = fastpath.Encoder(self.app)
+        ready = []
         for item in outgoing:
-            if item.frames is None:
-                item.frames, item.declare = self._encoder.encode(item.fire, channel.channel_id, channel.frame_max)
-                item.channel_id = channel.channel_id
-            elif item.channel_id != channel.channel_id:
-                item.frames = fastpath.retarget(item.frames, channel.channel_id)
-                item.channel_id = channel.channel_id
-
-    def publish(self, outgoing: Sequence[Outgoing]) -> PublishResult:
-        """Publish and wait for the broker: the ids it took, per-fire failures, any connection error."""
-        self.send(outgoing)
-        return self.collect(wait=True)
+            try:
+                if item.frames is None:
+                    item.frames, item.declare = self._encoder.encode(item.fire, channel.channel_id,
+                                                                     channel.frame_max)
+                    item.channel_id = channel.channel_id
+                elif item.channel_id != channel.channel_id:
+                    item.frames = fastpath.retarget(item.frames, channel.channel_id)
+                    item.channel_id = channel.channel_id
+            except Exception as exc:
+                if fastpath.is_connection_error(exc, self._conn):
+                    raise
+                if report:
+                    log.warning("runledger: building the message of %s (%s) failed: %s", item.fire.id,
+                                item.fire.job_type, _reason(exc))
+                    self._merge(PublishResult(failed=[(item.fire, _reason(exc))]))
+                continue
+            ready.append(item)
+        return ready
 
     def send(self, outgoing: Sequence[Outgoing]) -> None:
         """Start publishing; on the fast path return once written, confirms read later by collect()."""
@@ -227,9 +180,9 @@ class Dispatcher:
         if not self.fast_path():
             self._merge(self._publish_celery([o.fire for o in outgoing]))
             return
-        channel = self._ready(outgoing)
+        channel, ready = self._ready(outgoing)
         if channel is not None:
-            channel.send(outgoing)
+            channel.send(ready)
             self._settle(channel, wait=False)
 
     def collect(self, wait: bool = True) -> PublishResult:
@@ -253,15 +206,14 @@ class Dispatcher:
         self.release()
         self._merge(PublishResult(failed=[(o.fire, _reason(error)) for o in outgoing], error=error))
 
-    def _ready(self, outgoing: Sequence[Outgoing]) -> fastpath.ConfirmChannel | None:
-        """A usable confirm channel with ``outgoing`` encoded for it; None (fires failed) if unreachable."""
+    def _ready(self, outgoing: Sequence[Outgoing]) -> tuple[fastpath.ConfirmChannel | None, list[Outgoing]]:
+        """A usable confirm channel and the fires encoded for it; (None, []) with all failed if unreachable."""
         try:
             channel = self._fast_channel()
-            self._encode(outgoing, channel)
-            return channel
+            return channel, self._encode(outgoing, channel)
         except Exception as exc:
             self._fail_all(outgoing, exc)
-            return None
+            return None, []
 
     def _settle(self, channel: fastpath.ConfirmChannel, wait: bool) -> None:
         channel.settle(wait)
@@ -295,10 +247,10 @@ class Dispatcher:
             else:  # a batch broke over some message: find it
                 singles = SINGLES_AFTER_CHANNEL_ERROR
             while rest:
-                chunk = rest[:1] if singles else rest
-                channel = self._ready(rest)
+                channel, rest = self._ready(rest)
                 if channel is None:
                     return
+                chunk = rest[:1] if singles else rest
                 acked, nacked, unresolved, error = channel.publish(chunk)
                 self._tally(acked, nacked)
                 rest = unresolved + rest[len(chunk):]
@@ -313,7 +265,7 @@ class Dispatcher:
         result = PublishResult()
         for index, fire in enumerate(fires):
             try:
-                self.send_with(self._celery_producer(), fire, self.send_sent_events)
+                send_fire(self.app, self._celery_producer(), fire, self.send_sent_events)
             except Exception as exc:
                 if fastpath.is_connection_error(exc, self._conn):
                     self.release()

@@ -3,7 +3,7 @@
 Three pieces, each small:
 
 * ``Encoder`` runs Celery's own ``send_task_message`` (through
-  ``Dispatcher.send_with``) on a producer whose channel captures the
+  ``messages.send_fire``) on a producer whose channel captures the
   ``amqp.Message`` instead of sending it, then encodes it to wire frames with
   py-amqp's own ``frame_writer``. The bytes are what ``basic_publish`` would
   have written, so a stock worker and Flower see a stock message.
@@ -24,10 +24,11 @@ own ingest rate is the limit.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import amqp
 from amqp import spec
@@ -38,8 +39,8 @@ from kombu.common import maybe_declare
 from kombu.exceptions import OperationalError
 from kombu.transport import pyamqp
 
-if TYPE_CHECKING:
-    from .dispatch import Dispatcher, Outgoing
+from .fires import Outgoing
+from .messages import send_fire
 
 #: Messages whose frames are joined into one socket write.
 CHUNK_MESSAGES = 500
@@ -117,8 +118,8 @@ class _FrameLimits:
 class Encoder:
     """Celery's message for a fire, as the AMQP frames basic_publish would write."""
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self.dispatcher = dispatcher
+    def __init__(self, app: Any) -> None:
+        self.app = app
         self.channel = _CaptureChannel()
         self.declared: list = []
         self.producer = _CaptureProducer(self.channel, self.declared)
@@ -132,7 +133,7 @@ class Encoder:
         """(frames, entities to declare) of one fire's message on ``channel_id``."""
         self.declared.clear()
         self.channel.captured = None
-        self.dispatcher.send_with(self.producer, fire, sent_event=False)
+        send_fire(self.app, self.producer, fire, sent_event=False)
         if self.channel.captured is None:
             raise RuntimeError("Celery's send_task_message published nothing")
         message, exchange, routing_key, mandatory, immediate = self.channel.captured
@@ -205,10 +206,8 @@ class ConfirmChannel:
 
     def _fail(self, exc: BaseException) -> None:
         self.error = exc
-        try:
-            self.channel.close()  # after a channel error py-amqp reopens it without confirm mode
-        except Exception:
-            pass
+        with contextlib.suppress(Exception):  # after a channel error py-amqp reopens it without confirm mode
+            self.channel.close()
 
     def _read(self, until: Callable[[], bool], deadline: float) -> None:
         while not until():

@@ -20,7 +20,10 @@ from typing import Any
 
 from celery import schedules as cs
 
-from . import api, queries
+from . import api
+from .limits import OPTION_KEYS
+from .spec import ScheduleSpec
+from .store import Store
 from .timeengine import ScheduleError
 
 log = logging.getLogger("runledger_beat.importer")
@@ -61,14 +64,11 @@ def entry_columns(app: Any, name: str, entry: dict[str, Any]) -> dict[str, Any]:
     """Validated job_schedules columns of one beat_schedule entry."""
     if not isinstance(entry, dict) or "task" not in entry or "schedule" not in entry:
         raise _field(name, "an entry needs 'task' and 'schedule'")
-    options = {k: v for k, v in (entry.get("options") or {}).items() if k in api.OPTION_KEYS}
+    options = {k: v for k, v in (entry.get("options") or {}).items() if k in OPTION_KEYS}
     try:
-        return api._columns(name, entry["task"], args=list(entry.get("args") or ()),
-                            kwargs=entry.get("kwargs") or {}, options=options, max_jitter=0,
-                            misfire="fire_once", grace=None, overlap="allow", start=None, end=None,
-                            organization_id=None, active=True, source="config", at=None,
-                            **{"cron": None, "every": None, "day_and": False,
-                               **timing_of(app, name, entry["schedule"])})
+        spec = ScheduleSpec(name, entry["task"], args=list(entry.get("args") or ()), kwargs=entry.get("kwargs") or {},
+                            options=options, source="config", **timing_of(app, name, entry["schedule"]))
+        return spec.columns()
     except ScheduleError as exc:
         if exc.field.startswith("beat_schedule["):
             raise
@@ -79,22 +79,26 @@ def sync_beat_schedule(conn: Any, app: Any, entries: dict[str, Any]) -> dict[str
     """Make the config rows match ``entries``; returns counts and the skipped entries' errors."""
     report: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "deactivated": 0,
                               "errors": {}}
+    store = Store(conn)
     with conn.transaction():
         for name, entry in (entries or {}).items():
             try:
-                cols = entry_columns(app, name, entry)
-                with conn.transaction():
-                    existing = api._one(conn, queries.api_get_schedule, {"name": name})
-                    if existing is not None and existing["source"] != "config":
-                        raise _field(name, "a schedule of that name was made by the API/CLI; left alone")
-                    _, outcome = api.save_columns(conn, cols)
-                report[outcome] += 1
+                report[_sync_entry(store, app, name, entry)] += 1
             except Exception as exc:  # one bad entry never stops the others
                 log.error("runledger: skipping %s", exc if isinstance(exc, ScheduleError)
                           else f"beat_schedule[{name!r}]: {exc}")
                 report["errors"][name] = str(exc)
-        gone = [r["id"] for r in api._all(conn, queries.api_config_schedules)
-                if r["name"] not in (entries or {})]
+        gone = [r["id"] for r in store.config_schedules() if r["name"] not in (entries or {})]
         if gone:
-            report["deactivated"] = len(api._all(conn, queries.api_deactivate_config, {"ids": gone}))
+            report["deactivated"] = len(store.deactivate_config(gone))
     return report
+
+
+def _sync_entry(store: Store, app: Any, name: str, entry: Any) -> str:
+    """Create or update one entry's row in its own savepoint; returns the outcome."""
+    cols = entry_columns(app, name, entry)
+    with store.conn.transaction():
+        existing = store.schedule(name)
+        if existing is not None and existing["source"] != "config":
+            raise _field(name, "a schedule of that name was made by the API/CLI; left alone")
+        return api.save(store, cols)[1]

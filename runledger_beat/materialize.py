@@ -1,13 +1,14 @@
-"""One scheduling pass: claim due schedules, record their fires, advance their cursors.
+"""One scheduling pass: claim due schedules, plan each one's fire, record the fires, advance the cursors.
 
-Everything here runs in the caller's transaction; the caller commits, and only
-then publishes. The fast path is set-based (one INSERT and one UPDATE per batch,
-parameters sent in binary); if the batch's SQL fails, the seed's per-schedule
-savepoints take over so one bad row is rolled back and deferred alone.
+Everything here runs in the caller's transaction (through a ``Store``); the
+caller commits, and only then publishes. Recording is set-based (one INSERT and
+one UPDATE per batch); if the batch's SQL fails, a savepoint per schedule takes
+over so one bad row is rolled back and deferred alone. A row that cannot even be
+planned (bad cron, unknown zone, corrupt value) is deferred without a fire.
 
-A claim may look ``lookahead`` seconds ahead: the scheduler then records the
+A claim may look ``lookahead`` seconds ahead: the fire pipeline then records the
 fires of one instant in a transaction it keeps open (holding the schedule rows'
-locks) and commits it at that instant. See scheduler.py.
+locks) and commits it at that instant. See pipeline.py.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 
 import psycopg
 
-from . import queries
+from .fires import Fire
 from .payload import merge_schedule_metadata, schedule_metadata
 from .schedule_row import timing_from_row
+from .store import Store
 from .timeengine import Advance, advance
 
 log = logging.getLogger("runledger_beat.materialize")
@@ -40,20 +42,6 @@ class ClaimedScheduleMissing(Exception):
     def __init__(self, schedule_id: uuid.UUID, operation: str) -> None:
         super().__init__(f"claimed schedule {schedule_id} is missing while {operation}")
         self.schedule_id = schedule_id
-
-
-@dataclass(frozen=True)
-class Fire:
-    """A fire recorded in the ledger and due to be published once committed."""
-
-    id: uuid.UUID
-    schedule_id: uuid.UUID | None
-    schedule_name: str | None
-    job_type: str
-    payload: Any
-    options: dict[str, Any]
-    scheduled_for: datetime | None
-    overlap_skip: bool = False
 
 
 @dataclass
@@ -112,46 +100,32 @@ def _fires_of(plans: list[_Plan], inserted: set[uuid.UUID]) -> list[Fire]:
     ]
 
 
-def _write(conn: psycopg.Connection, plans: list[_Plan]) -> set[uuid.UUID]:
+def _write(store: Store, plans: list[_Plan]) -> set[uuid.UUID]:
     """Insert the ledger rows and advance the cursors of ``plans`` in two statements."""
     recorded = [p for p in plans if p.status is not None]
     inserted: set[uuid.UUID] = set()
     if recorded:
-        cur = conn.execute(queries.insert_fires, {
-            "ids": [p.ledger_id for p in recorded],
-            "schedule_ids": [p.row["id"] for p in recorded],
-            "scheduled_fors": [p.row["next_fire_at"] for p in recorded],
-            "payloads": [json.dumps(p.payload) for p in recorded],
-            "statuses": [p.status for p in recorded],
-            "notes": [p.note for p in recorded],
-        })
-        inserted = {r["id"] for r in cur.fetchall()}
-    cur = conn.execute(queries.advance_cursors, {
-        "ids": [p.row["id"] for p in plans],
-        "next_fire_ats": [p.next_fire_at for p in plans],
-        "fired": [p.status == "pending" for p in plans],
-    })
-    if cur.rowcount != len(plans):
-        missing = _missing(conn, plans)
-        raise ClaimedScheduleMissing(missing, "marking schedule as fired")
+        inserted = store.insert_fires(
+            [p.ledger_id for p in recorded], [p.row["id"] for p in recorded],
+            [p.row["next_fire_at"] for p in recorded], [json.dumps(p.payload) for p in recorded],
+            [p.status for p in recorded], [p.note for p in recorded])
+    moved = store.advance_cursors([p.row["id"] for p in plans], [p.next_fire_at for p in plans],
+                                  [p.status == "pending" for p in plans])
+    if moved != len(plans):
+        ids = [p.row["id"] for p in plans]
+        found = store.existing_schedules(ids)
+        raise ClaimedScheduleMissing(next(i for i in ids if i not in found), "marking schedule as fired")
     return inserted
 
 
-def _missing(conn: psycopg.Connection, plans: list[_Plan]) -> uuid.UUID:
-    ids = [p.row["id"] for p in plans]
-    found = {r["id"] for r in conn.execute(queries.existing_schedules, {"ids": ids})}
-    return next(i for i in ids if i not in found)
-
-
-def _defer(conn: psycopg.Connection, row: dict[str, Any], error: BaseException, delay: float) -> None:
+def _defer(store: Store, row: dict[str, Any], error: BaseException, delay: float) -> None:
     log.warning("schedule materialization failed; deferring %ss: schedule_id=%s schedule_name=%s error=%s",
                 delay, row["id"], row["name"], error)
-    cur = conn.execute(queries.defer_schedule, {"id": row["id"], "delay": delay})
-    if cur.rowcount == 0:
+    if not store.defer_schedule(row["id"], delay):
         raise ClaimedScheduleMissing(row["id"], "deferring failed schedule")
 
 
-def materialize_claimed(conn: psycopg.Connection, rows: list[dict[str, Any]],
+def materialize_claimed(store: Store, rows: list[dict[str, Any]],
                         defer_seconds: float = FAILED_SCHEDULE_RETRY_DELAY_SECONDS) -> PassResult:
     """Record fires and advance cursors for rows claimed in this transaction."""
     result = PassResult(claimed=len(rows), db_now=rows[0]["db_now"] if rows else None)
@@ -161,13 +135,13 @@ def materialize_claimed(conn: psycopg.Connection, rows: list[dict[str, Any]],
         try:
             plans.append(_plan(row, shared))
         except Exception as exc:  # a corrupt row must never stop the others
-            _defer(conn, row, exc, defer_seconds)
+            _defer(store, row, exc, defer_seconds)
             result.deferred += 1
     if not plans:
         return result
     try:
-        with conn.transaction():  # savepoint around the set-based fast path
-            inserted = _write(conn, plans)
+        with store.conn.transaction():  # savepoint around the set-based path
+            inserted = _write(store, plans)
         result.fires = _fires_of(plans, inserted)
     except ClaimedScheduleMissing:
         raise
@@ -175,53 +149,39 @@ def materialize_claimed(conn: psycopg.Connection, rows: list[dict[str, Any]],
         if isinstance(exc, psycopg.OperationalError):
             raise
         log.warning("batch write failed (%s); retrying schedule by schedule", exc)
-        result.fires = _write_one_by_one(conn, plans, defer_seconds, result)
+        result.fires = _write_one_by_one(store, plans, defer_seconds, result)
     result.skipped = sum(1 for p in plans if p.status == "skipped")
     return result
 
 
-def _write_one_by_one(conn: psycopg.Connection, plans: list[_Plan], defer_seconds: float,
-                      result: PassResult) -> list[Fire]:
-    """The seed's path: a savepoint per schedule; a failing one is rolled back and deferred."""
+def _write_one_by_one(store: Store, plans: list[_Plan], defer_seconds: float, result: PassResult) -> list[Fire]:
+    """A savepoint per schedule: a failing one is rolled back and deferred alone."""
     fires: list[Fire] = []
     for plan in plans:
         try:
-            with conn.transaction():
-                inserted = _write(conn, [plan])
+            with store.conn.transaction():
+                inserted = _write(store, [plan])
             fires.extend(_fires_of([plan], inserted))
         except ClaimedScheduleMissing:
             raise
         except psycopg.DatabaseError as exc:
             if isinstance(exc, psycopg.OperationalError):
                 raise
-            _defer(conn, plan.row, exc, defer_seconds)
+            _defer(store, plan.row, exc, defer_seconds)
             result.deferred += 1
     return fires
 
 
-def mark_internal(conn: psycopg.Connection) -> float:
-    """Keep this transaction's cursor moves from waking other beats; return database minus local clock (s).
+def clock_offset(store: Store) -> float:
+    """Mark this transaction internal (no NOTIFY to other beats); return database minus local clock (s).
 
     The local clock is read after the answer arrives, so the offset errs low by
     the return trip: instants converted with it are never early.
     """
-    row = conn.execute(queries.mark_internal).fetchone()
-    return row["db_clock"].timestamp() - time.time()
+    return store.mark_internal().timestamp() - time.time()
 
 
-def try_prepare_lock(conn: psycopg.Connection) -> bool:
-    """Whether this transaction may prepare fires ahead: one beat per schema at a time (see queries.sql)."""
-    return bool(conn.execute(queries.try_prepare_lock).fetchone()["ok"])
-
-
-def _claim(conn: psycopg.Connection, limit: int, lookahead: float,
-           group_start: datetime | None) -> list[dict[str, Any]]:
-    return conn.execute(queries.claim_due_schedules, {
-        "limit": limit, "lookahead": float(lookahead), "group_start": group_start,
-        "group_window": GROUP_WINDOW_SECONDS}).fetchall()
-
-
-def claim_due(conn: psycopg.Connection, limit: int, lookahead: float = 0.0,
+def claim_due(store: Store, limit: int, lookahead: float = 0.0,
               group_start: datetime | None = None) -> list[dict[str, Any]]:
     """Lock up to ``limit`` schedules due now, or within ``lookahead`` s for one instant (SKIP LOCKED).
 
@@ -229,34 +189,32 @@ def claim_due(conn: psycopg.Connection, limit: int, lookahead: float = 0.0,
     (``group_start``, else the earliest cursor) up to GROUP_WINDOW_SECONDS after
     it, plus every row already due; judged by the database clock.
     """
-    mark_internal(conn)
-    return _claim(conn, limit, lookahead, group_start)
+    store.mark_internal()
+    return store.claim_due(limit, lookahead, group_start, GROUP_WINDOW_SECONDS)
 
 
-def skip_overlapping(conn: psycopg.Connection, fires: list[Fire]) -> set[uuid.UUID]:
+def skip_overlapping(store: Store, fires: list[Fire]) -> set[uuid.UUID]:
     """Just before commit: mark skipped the fires of overlap-skip schedules whose previous run is live."""
     ids = [f.id for f in fires if f.overlap_skip]
-    if not ids:
-        return set()
-    return {r["id"] for r in conn.execute(queries.skip_overlapping_fires, {"ids": ids}).fetchall()}
+    return store.skip_overlapping(ids) if ids else set()
 
 
-def record_pass(conn: psycopg.Connection, batch_size: int, lookahead: float = 0.0,
-                group_start: datetime | None = None,
+def record_pass(store: Store, batch_size: int, lookahead: float = 0.0, group_start: datetime | None = None,
                 defer_seconds: float = FAILED_SCHEDULE_RETRY_DELAY_SECONDS) -> PassResult:
     """Claim a batch and record its fires in the caller's open transaction (no commit)."""
-    offset = mark_internal(conn)
-    result = materialize_claimed(conn, _claim(conn, batch_size, lookahead, group_start), defer_seconds)
+    offset = clock_offset(store)
+    rows = store.claim_due(batch_size, lookahead, group_start, GROUP_WINDOW_SECONDS)
+    result = materialize_claimed(store, rows, defer_seconds)
     result.clock_offset = offset
     return result
 
 
-def run_pass(conn: psycopg.Connection, batch_size: int,
+def run_pass(store: Store, batch_size: int,
              defer_seconds: float = FAILED_SCHEDULE_RETRY_DELAY_SECONDS) -> PassResult:
     """One transaction: claim due schedules, record them, apply overlap skips, commit."""
-    with conn.transaction():
-        result = record_pass(conn, batch_size, 0.0, None, defer_seconds)
-        skipped = skip_overlapping(conn, result.fires)
+    with store.conn.transaction():
+        result = record_pass(store, batch_size, 0.0, None, defer_seconds)
+        skipped = skip_overlapping(store, result.fires)
     if skipped:
         result.fires = [f for f in result.fires if f.id not in skipped]
         result.skipped += len(skipped)

@@ -1,7 +1,7 @@
 """`runledger-beat preview`: show the next fires of a cron / interval / one-off timing.
 
-Mountable as a subcommand (add_preview_arguments + run_preview) or run on its
-own through preview_command(argv).
+Mounted as a subcommand by cli.py (add_preview_arguments + run_preview), or run
+on its own through preview_command(argv).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import uuid
 from datetime import datetime, timezone
 
 from .cron import zone
-from .timeengine import ScheduleError, Timing, fire_times, format_rfc3339, parse_duration
+from .formats import format_rfc3339, parse_duration, parse_instant, render_table
+from .timeengine import ScheduleError, Timing, fire_times
 
 UTC = timezone.utc
 
@@ -32,15 +33,6 @@ def add_preview_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list of RFC 3339 UTC times")
 
 
-def _instant(field: str, text: str, tz_name: str) -> datetime:
-    """Parse ISO text; a naive value is read in the preview's time zone."""
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ScheduleError(field, f"invalid ISO 8601 time {text!r}") from None
-    return value if value.utcoffset() is not None else value.replace(tzinfo=zone(tz_name))
-
-
 def _timing(args: argparse.Namespace) -> Timing:
     """Build and validate the Timing the options describe."""
     if args.cron is not None:
@@ -48,21 +40,20 @@ def _timing(args: argparse.Namespace) -> Timing:
     elif args.every is not None:
         timing = Timing("interval", every=parse_duration(args.every), timezone=args.tz, max_jitter=args.jitter)
     else:
-        timing = Timing("once", at=_instant("at", args.at, args.tz), timezone=args.tz)
+        timing = Timing("once", at=parse_instant("at", args.at, args.tz), timezone=args.tz)
     return timing.validate()
 
 
 def _table(fires: list[datetime], tz_name: str) -> str:
     """Readable table: #, UTC, local time with offset and abbreviation."""
     tz = zone(tz_name)
-    rows = [("#", "UTC", f"local ({tz_name})")]
+    rows = []
     for i, fire in enumerate(fires, 1):
         local = fire.astimezone(tz)
         name = local.tzname() or ""
         abbreviation = "" if name[:1] in "+-" else f" {name}"  # zones without one name it "+1030"
-        rows.append((str(i), format_rfc3339(fire), f"{local:%Y-%m-%d %H:%M:%S} {local:%z}{abbreviation}"))
-    widths = [max(len(row[c]) for row in rows) for c in range(3)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+        rows.append((i, format_rfc3339(fire), f"{local:%Y-%m-%d %H:%M:%S} {local:%z}{abbreviation}"))
+    return render_table(("#", "UTC", f"local ({tz_name})"), rows)
 
 
 def run_preview(args: argparse.Namespace) -> int:
@@ -75,7 +66,7 @@ def run_preview(args: argparse.Namespace) -> int:
         except ValueError:
             raise ScheduleError("id", f"invalid UUID {args.id!r}") from None
         timing = _timing(args)
-        after = _instant("after", args.after, args.tz) if args.after else datetime.now(UTC)
+        after = parse_instant("after", args.after, args.tz) if args.after else datetime.now(UTC)
         if timing.kind == "once":  # a one-off is shown even if `after` is later
             fires = [timing.at.astimezone(UTC)] if timing.at else []
         else:

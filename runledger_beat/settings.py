@@ -1,20 +1,9 @@
-"""The Celery settings runledger_beat reads, with their defaults.
+"""The Celery settings runledger_beat reads (``runledger_*`` in ``app.conf``), their defaults and checks.
 
-| setting | default | meaning |
-|---|---|---|
-| runledger_dsn | env RUNLEDGER_DSN | libpq DSN or URL of the Postgres holding the schedules |
-| runledger_schema | "runledger" | schema of the tables |
-| runledger_batch_size | 1000 | schedules claimed per transaction |
-| runledger_auto_migrate | True | apply migrations when beat starts |
-| runledger_listen | True | wake on LISTEN/NOTIFY; False polls (PgBouncer transaction mode) |
-| runledger_poll_interval | 1.0 | seconds between polls when not listening |
-| runledger_recovery_grace | 30.0 | seconds a ledger row may stay unpublished before the sweep republishes it |
-| runledger_defer_seconds | 30.0 | how far a schedule that failed to materialize is pushed out |
-| runledger_lookahead | 2.0 | seconds ahead a fire is recorded (in an open transaction) and its message built; 0 records at the instant |
-| runledger_fast_publish | True | RabbitMQ: publish pre-encoded frames with windowed confirms (False: Celery's producer, message by message) |
-| runledger_send_sent_events | task_send_sent_event | send task-sent events (Flower lists fires before a worker takes them) |
-| runledger_import_beat_schedule | True | import app.conf.beat_schedule into the table at start |
-| runledger_lost_after | 3600.0 | seconds a started run may go without finishing before it is marked lost (when it has no time_limit) |
+README.md's "Settings" table says what each one means. A new setting gets a
+default in ``_DEFAULTS``, a field on ``Settings``, a checked line in ``load()``
+and a row in that table; a bad value raises ConfigError naming it, and beat
+exits with that one line.
 """
 
 from __future__ import annotations
@@ -41,8 +30,6 @@ _DEFAULTS: dict[str, Any] = {
     "runledger_send_sent_events": None,  # None: follow Celery's task_send_sent_event
     "runledger_import_beat_schedule": True,
     "runledger_lost_after": 3600.0,
-    # Test-only fault point: "after_commit" / "after_publish" SIGKILL beat there.
-    "runledger_fault_point": None,
 }
 
 
@@ -63,7 +50,6 @@ class Settings:
     send_sent_events: bool
     import_beat_schedule: bool
     lost_after: float
-    fault_point: str | None
 
 
 def _get(conf: Any, key: str) -> Any:
@@ -87,8 +73,8 @@ def _number(conf: Any, key: str, kind: type, minimum: float) -> Any:
 def _lookahead(conf: Any) -> float:
     value = _number(conf, "runledger_lookahead", float, 0)
     if value > MAX_LOOKAHEAD:
-        raise ConfigError(f"runledger_lookahead: at most {MAX_LOOKAHEAD:g} seconds (schedule rows stay locked "
-                          f"that long), got {value!r}")
+        raise ConfigError(f"runledger_lookahead: at most {MAX_LOOKAHEAD:g} seconds "
+                          f"(schedule rows stay locked that long), got {value!r}")
     return value
 
 
@@ -108,7 +94,8 @@ def load(conf: Any) -> Settings:
     """Read and check the settings; raises ConfigError naming the bad one."""
     dsn = dsn_from(conf)
     if not dsn:
-        raise ConfigError("runledger_dsn: not set (set app.conf.runledger_dsn or the RUNLEDGER_DSN environment variable)")
+        raise ConfigError("runledger_dsn: not set "
+                          "(set app.conf.runledger_dsn or the RUNLEDGER_DSN environment variable)")
     return Settings(
         dsn=dsn,
         schema=check_schema_name(_get(conf, "runledger_schema")),
@@ -123,5 +110,4 @@ def load(conf: Any) -> Settings:
         send_sent_events=bool(_sent_events(conf)),
         import_beat_schedule=bool(_get(conf, "runledger_import_beat_schedule")),
         lost_after=_number(conf, "runledger_lost_after", float, 1),
-        fault_point=_get(conf, "runledger_fault_point"),
     )

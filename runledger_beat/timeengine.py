@@ -7,12 +7,12 @@ formula and the stale-coalescing rule are the seed's (Rust scheduler loop).
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from .cron import Cron, ScheduleError, compile_cron, zone
+from .formats import format_rfc3339, parse_duration
 
 __all__ = [
     "Advance",
@@ -65,7 +65,7 @@ class Timing:
     misfire: str = "fire_once"
     grace: float | None = None
 
-    def validate(self) -> "Timing":
+    def validate(self) -> Timing:
         """Check every field (raising ScheduleError naming it) and return self."""
         if self.kind not in KINDS:
             raise ScheduleError("kind", f"unknown kind {self.kind!r}; expected cron, interval or once")
@@ -247,37 +247,3 @@ def fire_times(timing: Timing, after: datetime, schedule_id: uuid.UUID, count: i
         fires.append(cursor)
         cursor = next_fire_after(timing, cursor, schedule_id)
     return fires
-
-
-def format_rfc3339(dt: datetime) -> str:
-    """UTC RFC 3339 with 'Z'; fraction only when non-zero (3 digits if whole ms, else 6), like chrono AutoSi."""
-    dt = _utc("datetime", dt)
-    text = dt.strftime("%Y-%m-%dT%H:%M:%S")
-    if dt.microsecond % 1000 == 0 and dt.microsecond:
-        text += f".{dt.microsecond // 1000:03d}"
-    elif dt.microsecond:
-        text += f".{dt.microsecond:06d}"
-    return text + "Z"
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
-_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-def parse_duration(text: str) -> float:
-    """'30s', '5m', '1h30m', '1d', '1.5s' or bare seconds '90' -> seconds."""
-    cleaned = str(text).strip().lower().replace(" ", "")
-    try:
-        return float(cleaned) if cleaned and cleaned[-1].isdigit() else _parse_units(cleaned)
-    except ValueError:
-        raise ScheduleError(
-            "every", f"invalid duration {text!r}; expected e.g. 30s, 5m, 1h30m or a number of seconds"
-        ) from None
-
-
-def _parse_units(text: str) -> float:
-    """Sum of <number><unit> parts; ValueError unless the whole text is such parts."""
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(text)
-    return sum(float(n) * _UNITS[u] for n, u in parts)

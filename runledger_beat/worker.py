@@ -20,17 +20,19 @@ are rebuilt in ``worker_process_init`` for tasks registered late.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from . import queries
 from .db import DEFAULT_SCHEMA, connect, safe_error
 from .payload import LEDGER_HEADER
 from .settings import dsn_from
+from .store import Store
 
 log = logging.getLogger("runledger_beat.worker")
 
@@ -70,15 +72,15 @@ class _Ledger:
         self.conn = connect(dsn, schema, autocommit=True, application_name="runledger_worker")
         return self.conn
 
-    def execute(self, statement: str, params: dict[str, Any], fetch: bool = False) -> Any:
-        """Run one statement; None when no DSN is set; on error log, drop the connection, raise _LedgerUnavailable."""
+    def run(self, step: Callable[[Store], Any]) -> Any:
+        """Run ``step`` on the store; None when no DSN is set; on error log, drop the connection, raise
+        _LedgerUnavailable."""
         with self.lock:
             try:
                 conn = self._connection()
                 if conn is None:
                     return None
-                cur = conn.execute(statement, params)
-                return cur.fetchone() if fetch else cur.rowcount
+                return step(Store(conn))
             except Exception as exc:
                 log.warning("runledger: ledger update failed (the task is unaffected): %s",
                             safe_error(exc, dsn_from(self.app.conf)))
@@ -88,10 +90,8 @@ class _Ledger:
     def _drop(self) -> None:
         conn, self.conn = self.conn, None
         if conn is not None:
-            try:
+            with contextlib.suppress(Exception):
                 conn.close()
-            except Exception:
-                pass
 
 
 class _LedgerUnavailable(Exception):
@@ -99,13 +99,20 @@ class _LedgerUnavailable(Exception):
 
 
 def _ledger_id(request: Any) -> str | None:
+    """The ledger row this delivery runs, or None.
+
+    Only a message whose ``runledger_id`` header equals its task id is beat's:
+    any other message could otherwise mark (and suppress) a row not its own.
+    """
     if request is None:
         return None
     value = getattr(request, LEDGER_HEADER, None)
     if not value:
         headers = getattr(request, "headers", None) or {}
         value = headers.get(LEDGER_HEADER) if isinstance(headers, dict) else None
-    return str(value) if value else None
+    if not value or str(value) != str(getattr(request, "id", None)):
+        return None
+    return str(value)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -113,25 +120,22 @@ def _error_text(exc: BaseException) -> str:
     return text[:ERROR_LIMIT]
 
 
-def _update(ledger: _Ledger, statement: str, params: dict[str, Any]) -> None:
-    try:
-        ledger.execute(statement, params)
-    except _LedgerUnavailable:
-        pass
+def _update(ledger: _Ledger, step: Callable[[Store], Any]) -> None:
+    with contextlib.suppress(_LedgerUnavailable):
+        ledger.run(step)
 
 
 def claim(ledger: _Ledger, ledger_id: str, worker: str | None, retries: int) -> bool:
     """Claim the row for this delivery; False only when it is a duplicate to suppress."""
-    params = {"id": ledger_id, "worker": worker, "retries": int(retries or 0)}
     try:
-        if ledger.execute(queries.worker_claim_job, params, fetch=True):
-            return True
-        row = ledger.execute(queries.worker_count_duplicate, {"id": ledger_id}, fetch=True)
+        if ledger.run(lambda store: store.start_run(ledger_id, worker, int(retries or 0))) is not False:
+            return True  # started, or no DSN configured
+        status = ledger.run(lambda store: store.count_duplicate(ledger_id))
     except _LedgerUnavailable:
         return True  # database down: run the body normally
-    if row is None:
+    if status is None:
         return True  # no ledger row: not ours to guard
-    log.warning("runledger: duplicate delivery of %s suppressed (ledger status %s)", ledger_id, row["status"])
+    log.warning("runledger: duplicate delivery of %s suppressed (ledger status %s)", ledger_id, status)
     return False
 
 
@@ -150,13 +154,11 @@ def _wrap_task_class(task: Any, ledger: _Ledger) -> None:
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         request = self.request
         ledger_id = None if getattr(request, "called_directly", True) else _ledger_id(request)
-        if ledger_id:
-            if not claim(ledger, ledger_id, getattr(request, "hostname", None), getattr(request, "retries", 0)):
-                try:
-                    setattr(request, _DUPLICATE, True)
-                except Exception:
-                    pass
-                return None
+        if ledger_id and not claim(ledger, ledger_id, getattr(request, "hostname", None),
+                                   getattr(request, "retries", 0)):
+            with contextlib.suppress(Exception):
+                setattr(request, _DUPLICATE, True)
+            return None
         if custom is not None:
             return custom(self, *args, **kwargs)
         if getattr(request, "called_directly", True):
@@ -179,6 +181,71 @@ def _wrap_all(app: Any, ledger: _Ledger) -> None:
             log.warning("runledger: could not guard task %s: %s", task.name, exc)
 
 
+class _Hooks:
+    """The signal receivers of one app's ledger hook."""
+
+    def __init__(self, app: Any, ledger: _Ledger) -> None:
+        self.app, self.ledger = app, ledger
+
+    def wrap_all(self, sender: Any = None, **_: Any) -> None:
+        """At finalize and worker init: guard every task class."""
+        _wrap_all(self.app, self.ledger)
+
+    def process_init(self, sender: Any = None, **_: Any) -> None:
+        """In each pool process: forget the parent's connection; guard tasks registered late."""
+        from celery.app.trace import build_tracer
+        self.ledger.reset_after_fork()
+        for name, task in list(self.app.tasks.items()):
+            current = type(task).__dict__.get("__call__")
+            if name.startswith("celery.") or (current is not None and getattr(current, _WRAPPED, False)):
+                continue
+            _wrap_task_class(task, self.ledger)
+            task.__trace__ = build_tracer(name, task, self.app.loader, sender, app=self.app)
+
+    def prerun(self, sender: Any = None, task: Any = None, **_: Any) -> None:
+        """Tasks the guard could not wrap still get their start recorded (unguarded)."""
+        if task is None or getattr(type(task).__dict__.get("__call__"), _WRAPPED, False):
+            return
+        request = task.request
+        ledger_id = _ledger_id(request)
+        if ledger_id:
+            worker, retries = getattr(request, "hostname", None), int(getattr(request, "retries", 0) or 0)
+            _update(self.ledger, lambda store: store.start_run(ledger_id, worker, retries))
+
+    def retry(self, sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
+        """A run asked to retry: count it, keep the reason."""
+        ledger_id = _ledger_id(request)
+        if not ledger_id:
+            return
+        exc = getattr(reason, "exc", None)
+        error = _error_text(exc) if isinstance(exc, BaseException) else str(reason)[:ERROR_LIMIT]
+        retries = int(getattr(request, "retries", 0) or 0) + 1
+        _update(self.ledger, lambda store: store.mark_retry(ledger_id, retries, error))
+
+    def success(self, sender: Any = None, **_: Any) -> None:
+        """A run succeeded (a suppressed duplicate changes nothing)."""
+        request = getattr(sender, "request", None)
+        ledger_id = _ledger_id(request)
+        if ledger_id and not _is_duplicate(request):
+            _update(self.ledger, lambda store: store.mark_success(ledger_id))
+
+    def failure(self, sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+        """A run failed: keep the exception."""
+        request = getattr(sender, "request", None)
+        ledger_id = _ledger_id(request)
+        if ledger_id and not _is_duplicate(request):
+            error = _error_text(exception) if exception is not None else "failure"
+            _update(self.ledger, lambda store: store.mark_failure(ledger_id, error))
+
+    def revoked(self, sender: Any = None, request: Any = None, terminated: bool = False,
+                signum: Any = None, expired: bool = False, **_: Any) -> None:
+        """A run was revoked, terminated or expired."""
+        ledger_id = _ledger_id(request)
+        if ledger_id:
+            note = "expired" if expired else (f"terminated (signal {signum})" if terminated else None)
+            _update(self.ledger, lambda store: store.mark_revoked(ledger_id, note))
+
+
 def install(app: Any) -> None:
     """Keep the run ledger current from this app's workers (idempotent)."""
     if getattr(app, "_runledger_installed", False):
@@ -188,84 +255,15 @@ def install(app: Any) -> None:
 
     ledger = _Ledger(app)
     app._runledger_ledger = ledger
-
-    def on_finalize(sender: Any = None, **_: Any) -> None:
-        _wrap_all(app, ledger)
-
-    app.on_after_finalize.connect(on_finalize, weak=False)
-
-    def on_worker_init(sender: Any = None, **_: Any) -> None:
-        _wrap_all(app, ledger)
-
-    signals.celeryd_init.connect(on_worker_init, weak=False)
-    signals.worker_init.connect(on_worker_init, weak=False)
-
-    def on_process_init(sender: Any = None, **_: Any) -> None:
-        ledger.reset_after_fork()
-        # Tasks registered after the tracers were built: wrap and rebuild their tracer.
-        from celery.app.trace import build_tracer
-        for name, task in list(app.tasks.items()):
-            current = type(task).__dict__.get("__call__")
-            if name.startswith("celery.") or (current is not None and getattr(current, _WRAPPED, False)):
-                continue
-            _wrap_task_class(task, ledger)
-            task.__trace__ = build_tracer(name, task, app.loader, sender, app=app)
-
-    signals.worker_process_init.connect(on_process_init, weak=False)
-
-    def on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
-        # Tasks the guard could not wrap still get their start recorded (unguarded).
-        if task is None or getattr(type(task).__dict__.get("__call__"), _WRAPPED, False):
-            return
-        request = task.request
-        ledger_id = _ledger_id(request)
-        if ledger_id:
-            _update(ledger, queries.worker_claim_job, {"id": ledger_id, "worker": getattr(request, "hostname", None),
-                                                       "retries": int(getattr(request, "retries", 0) or 0)})
-
-    def on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
-        ledger_id = _ledger_id(request)
-        if not ledger_id:
-            return
-        exc = getattr(reason, "exc", None)
-        error = _error_text(exc) if isinstance(exc, BaseException) else str(reason)[:ERROR_LIMIT]
-        _update(ledger, queries.worker_mark_retry,
-                {"id": ledger_id, "retries": int(getattr(request, "retries", 0) or 0) + 1, "error": error})
-
-    def on_success(sender: Any = None, **_: Any) -> None:
-        request = getattr(sender, "request", None)
-        ledger_id = _ledger_id(request)
-        if ledger_id and not _is_duplicate(request):
-            _update(ledger, queries.worker_mark_success, {"id": ledger_id})
-
-    def on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
-        request = getattr(sender, "request", None)
-        ledger_id = _ledger_id(request)
-        if ledger_id and not _is_duplicate(request):
-            error = _error_text(exception) if exception is not None else "failure"
-            _update(ledger, queries.worker_mark_failure, {"id": ledger_id, "error": error})
-
-    def on_revoked(sender: Any = None, request: Any = None, terminated: bool = False,
-                   signum: Any = None, expired: bool = False, **_: Any) -> None:
-        ledger_id = _ledger_id(request)
-        if not ledger_id:
-            return
-        note = "expired" if expired else (f"terminated (signal {signum})" if terminated else None)
-        _update(ledger, queries.worker_mark_revoked, {"id": ledger_id, "error": note})
-
-    signals.task_prerun.connect(on_prerun, weak=False)
-    signals.task_retry.connect(on_retry, weak=False)
-    signals.task_success.connect(on_success, weak=False)
-    signals.task_failure.connect(on_failure, weak=False)
-    signals.task_revoked.connect(on_revoked, weak=False)
-
+    hooks = app._runledger_hooks = _Hooks(app, ledger)
+    app.on_after_finalize.connect(hooks.wrap_all, weak=False)
+    signals.celeryd_init.connect(hooks.wrap_all, weak=False)
+    signals.worker_init.connect(hooks.wrap_all, weak=False)
+    signals.worker_process_init.connect(hooks.process_init, weak=False)
+    signals.task_prerun.connect(hooks.prerun, weak=False)
+    signals.task_retry.connect(hooks.retry, weak=False)
+    signals.task_success.connect(hooks.success, weak=False)
+    signals.task_failure.connect(hooks.failure, weak=False)
+    signals.task_revoked.connect(hooks.revoked, weak=False)
     if app.finalized:
         _wrap_all(app, ledger)
-
-
-def mark_lost_runs(conn: psycopg.Connection, default_bound_seconds: float) -> int:
-    """Mark started rows older than their time_limit (else the bound) as lost; return how many."""
-    rows = conn.execute(queries.mark_lost_runs, {"default_bound": float(default_bound_seconds)}).fetchall()
-    if rows:
-        log.warning("runledger: marked %d run(s) lost (started, never finished)", len(rows))
-    return len(rows)

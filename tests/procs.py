@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ class Proc:
 
     def __init__(self, argv: list[str], env: dict[str, str], name: str) -> None:
         self.log_path = Path(tempfile.mkstemp(prefix=f"rl-{name}-", suffix=".log")[1])
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed by stop()
         self.popen = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
 
@@ -37,10 +38,8 @@ class Proc:
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.alive():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def stop(self, timeout: float = 15.0) -> int | None:
         if self.alive():
@@ -66,8 +65,8 @@ def celery_env(dsn: str, schema: str, broker: str, queue: str, extra: dict | Non
     return env
 
 
-def start_beat(env: dict[str, str], name: str = "beat", loglevel: str = "INFO") -> Proc:
-    argv = [sys.executable, "-m", "celery", "-A", "tests.celeryapp", "beat", "-S", "runledger",
+def start_beat(env: dict[str, str], name: str = "beat", loglevel: str = "INFO", scheduler: str = "runledger") -> Proc:
+    argv = [sys.executable, "-m", "celery", "-A", "tests.celeryapp", "beat", "-S", scheduler,
             "--loglevel", loglevel, "--pidfile="]
     return Proc(argv, env, name)
 

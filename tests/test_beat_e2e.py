@@ -30,7 +30,7 @@ def test_every_second_schedule_runs_once_per_second(db, pg_dsn, schema, broker):
         slots = [r["scheduled_for"] for r in rows]
         assert len(slots) == len(set(slots))
         # the first cursor is the raw INSERT's now(); from then on slots are whole seconds
-        steps = {(b - a).total_seconds() for a, b in zip(slots[1:], slots[2:])}
+        steps = {(b - a).total_seconds() for a, b in zip(slots[1:], slots[2:], strict=False)}
         assert steps == {1.0}, f"fires not one second apart: {slots}"
         assert all(r["payload"]["_schedule"]["schedule_name"] == "tick" for r in rows)
         wait_for(lambda: count(db, "SELECT count(*) AS n FROM executions") == len(rows), timeout=15,

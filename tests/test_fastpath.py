@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -10,8 +11,14 @@ from celery import Celery, signals
 from kombu import Connection, Queue
 
 from runledger_beat import fastpath
-from runledger_beat.dispatch import Dispatcher, Outgoing
-from runledger_beat.materialize import Fire
+from runledger_beat.dispatch import Dispatcher
+from runledger_beat.fires import Fire, Outgoing
+
+
+def _publish(dispatcher: Dispatcher, outgoing: list[Outgoing]):
+    """Send and wait for every confirm."""
+    dispatcher.send(outgoing)
+    return dispatcher.collect(wait=True)
 
 
 def _fire(name: str, options: dict | None = None, payload: object = None, at: datetime | None = None) -> Fire:
@@ -29,10 +36,8 @@ def queues(amqp_url):
     yield names
     with Connection(amqp_url) as conn:
         for name in names:
-            try:
+            with contextlib.suppress(Exception):
                 conn.default_channel.queue_delete(name)
-            except Exception:
-                pass
 
 
 def _app(amqp_url: str, queue: str, **conf) -> Celery:
@@ -73,11 +78,12 @@ def test_fast_path_writes_exactly_what_celery_sends(amqp_url, queues):
         assert fast.fast_path() and not stock.fast_path()
         prepared = fast.prepare(fires)
         assert all(o.frames for o in prepared)
-        result = fast.publish(prepared)
+        result = _publish(fast, prepared)
         assert sorted(result.sent) == sorted(f.id for f in fires) and not result.failed and result.error is None
         by_fast = {m.properties["application_headers"]["id"]: _wire(m)
                    for q in (main, other) for m in _drain(amqp_url, q)}
-        result = stock.publish([Outgoing(f) for f in fires])
+        stock.send([Outgoing(f) for f in fires])
+        result = stock.collect(wait=True)
         assert sorted(result.sent) == sorted(f.id for f in fires)
         by_stock = {m.properties["application_headers"]["id"]: _wire(m)
                     for q in (main, other) for m in _drain(amqp_url, q)}
@@ -97,8 +103,7 @@ def test_fast_path_writes_exactly_what_celery_sends(amqp_url, queues):
 
 def test_retarget_readdresses_every_frame():
     app = Celery("retarget", broker="memory://")
-    dispatcher = Dispatcher(app)
-    encoder = fastpath.Encoder(dispatcher)
+    encoder = fastpath.Encoder(app)
     big = _fire("big", payload={"args": ["x" * 5000], "kwargs": {}})  # body split over several frames
     on_one, _ = encoder.encode(big, 1, 4096)
     on_nine, _ = encoder.encode(big, 9, 4096)
@@ -115,7 +120,7 @@ def test_nacked_fires_fail_alone(amqp_url, queues):
     fires = [_fire(f"n{i}") for i in range(6)]
     dispatcher = Dispatcher(app)
     try:
-        result = dispatcher.publish(dispatcher.prepare(fires))
+        result = _publish(dispatcher, dispatcher.prepare(fires))
     finally:
         dispatcher.close()
     assert result.sent == [f.id for f in fires[:3]]
@@ -131,14 +136,14 @@ def test_a_message_the_broker_refuses_does_not_hold_up_the_others(amqp_url, queu
              _fire("b"), _fire("c")]
     dispatcher = Dispatcher(app)
     try:
-        result = dispatcher.publish(dispatcher.prepare(fires))
+        result = _publish(dispatcher, dispatcher.prepare(fires))
         assert result.error is None
         assert [f.id for f, _ in result.failed] == [fires[1].id]
         assert "NotFound" in result.failed[0][1]
         assert sorted(result.sent) == sorted(f.id for f in (fires[0], fires[2], fires[3]))
         # the channel was replaced: the next batch goes by the fast path again
         more = [_fire("d")]
-        assert dispatcher.publish(dispatcher.prepare(more)).sent == [more[0].id]
+        assert _publish(dispatcher, dispatcher.prepare(more)).sent == [more[0].id]
     finally:
         dispatcher.close()
     delivered = {m.properties["application_headers"]["id"] for m in _drain(amqp_url, main)}
@@ -151,7 +156,7 @@ def test_a_dead_broker_is_an_error_not_a_per_fire_failure(queues):
     fires = [_fire("x"), _fire("y")]
     prepared = dispatcher.prepare(fires)
     assert all(o.frames is None for o in prepared)  # could not encode: left for publish time
-    result = dispatcher.publish(prepared)
+    result = _publish(dispatcher, prepared)
     assert result.sent == [] and result.error is not None
     assert [f.id for f, _ in result.failed] == [f.id for f in fires]
 
@@ -172,7 +177,7 @@ def test_publish_signal_receivers_switch_to_celerys_own_path(amqp_url, queues):
             fire = _fire("traced")
             prepared = dispatcher.prepare([fire])
             assert prepared[0].frames is None and seen == []  # nothing built ahead: the signal fires at publish
-            assert dispatcher.publish(prepared).sent == [fire.id]
+            assert _publish(dispatcher, prepared).sent == [fire.id]
             assert seen == [str(fire.id)]
         finally:
             signals.before_task_publish.disconnect(receiver)

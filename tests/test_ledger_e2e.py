@@ -26,7 +26,7 @@ def test_overlap_skip_never_runs_two_at_once(db, pg_dsn, schema, amqp_url):
                  timeout=40, message="two finished runs")
         db.execute("UPDATE job_schedules SET is_active = false")
         runs = db.execute("SELECT at, finished_at FROM executions WHERE finished_at IS NOT NULL ORDER BY at").fetchall()
-        for a, b in zip(runs, runs[1:]):
+        for a, b in zip(runs, runs[1:], strict=False):
             assert b["at"] >= a["finished_at"], "two runs overlapped"
         assert count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'skipped'"
                          " AND last_error LIKE 'overlap:%%'") >= 4
@@ -38,9 +38,9 @@ def test_overlap_skip_never_runs_two_at_once(db, pg_dsn, schema, amqp_url):
 
 def test_duplicate_delivery_after_beat_killed_before_marking_sent_runs_once(db, pg_dsn, schema, amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url, hook=True, extra={"runledger_recovery_grace": 2})
-    crash_env = dict(env, RL_EXTRA='{"runledger_fault_point": "after_publish", "runledger_recovery_grace": 2}')
+    crash_env = dict(env, RL_EXTRA='{"runledger_recovery_grace": 2}', RL_CRASH_POINT="after_publish")
     sid = insert_schedule(db, "dup", cron="* * * * * *")
-    crasher = start_beat(crash_env, "crasher")
+    crasher = start_beat(crash_env, "crasher", scheduler="tests.crashing:Scheduler")
     worker = None
     try:
         wait_for(lambda: not crasher.alive(), timeout=20, message="beat to die after publishing")
@@ -49,12 +49,14 @@ def test_duplicate_delivery_after_beat_killed_before_marking_sent_runs_once(db, 
         assert row["status"] == "pending"  # published, never marked sent
         survivor = start_beat(env, "survivor")  # its sweep republishes the pending row: a second message
         try:
-            wait_for(lambda: db.execute("SELECT status FROM jobs WHERE id = %s", (row["id"],)).fetchone()["status"] == "sent",
+            wait_for(lambda: db.execute("SELECT status FROM jobs WHERE id = %s",
+                                        (row["id"],)).fetchone()["status"] == "sent",
                      timeout=30, message="the sweep to republish the fire")
         finally:
             survivor.stop()
         worker = start_worker(env)
-        wait_for(lambda: db.execute("SELECT duplicates FROM jobs WHERE id = %s", (row["id"],)).fetchone()["duplicates"] == 1,
+        wait_for(lambda: db.execute("SELECT duplicates FROM jobs WHERE id = %s",
+                                    (row["id"],)).fetchone()["duplicates"] == 1,
                  timeout=30, message="the duplicate delivery to be suppressed")
         assert "duplicate delivery of" in worker.log()
         # The two deliveries run side by side (-c 2): the suppressed one may be counted before the real run ends.
@@ -79,11 +81,13 @@ def test_worker_killed_mid_task_is_marked_lost_and_skip_schedule_fires_again(db,
                                             (sid,)).fetchone(), timeout=30, message="a started run")
         worker.kill(signal.SIGKILL)
         worker.popen.wait(10)
-        wait_for(lambda: db.execute("SELECT status FROM jobs WHERE id = %s", (first["id"],)).fetchone()["status"] == "lost",
+        wait_for(lambda: db.execute("SELECT status FROM jobs WHERE id = %s",
+                                    (first["id"],)).fetchone()["status"] == "lost",
                  timeout=30, message="the run to be marked lost")
         second = start_worker(env, "worker2", concurrency=1)
         wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE schedule_id = %s AND status = 'started'"
-                                   " AND id <> %s", sid, first["id"]) >= 1, timeout=30, message="the schedule to fire again")
+                                   " AND id <> %s", sid, first["id"]) >= 1,
+                 timeout=30, message="the schedule to fire again")
     finally:
         beat.stop()
         worker.stop()

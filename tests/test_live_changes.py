@@ -33,7 +33,8 @@ def test_cli_add_retime_pause_remove_reach_a_running_beat(db, pg_dsn, schema, am
         wait_for(lambda: "beat: Starting" in beat.log(), timeout=20, message="beat to start")
         # add
         added = _clock(db)
-        assert _cli(pg_dsn, schema, "add", "live", "--task", "rl.record", "--cron", "* * * * * *", "--args", '["live"]') == 0
+        assert _cli(pg_dsn, schema, "add", "live", "--task", "rl.record", "--cron", "* * * * * *",
+                    "--args", '["live"]') == 0
         row = wait_for(lambda: _first_sent(db, "live", added), timeout=10, message="the added schedule's fire")
         assert (row["scheduled_for"] - added).total_seconds() <= 1.0
         assert (row["sent_at"] - row["scheduled_for"]).total_seconds() < 1.0
@@ -85,7 +86,8 @@ def test_example_project_sync_fire_and_removal(db, pg_dsn, schema, amqp_url, cap
     env["PROJ_WITHOUT"] = "cleanup"
     beat = Proc(argv, env, "example-beat-2")
     try:
-        wait_for(lambda: not db.execute("SELECT is_active FROM job_schedules WHERE name = 'cleanup'").fetchone()["is_active"],
+        wait_for(lambda: not db.execute("SELECT is_active FROM job_schedules"
+                                        " WHERE name = 'cleanup'").fetchone()["is_active"],
                  timeout=30, message="the removed entry to be deactivated")
         active = {r["name"]: r["is_active"] for r in db.execute("SELECT name, is_active FROM job_schedules")}
         assert active == {"nightly-report": True, "heartbeat": True, "cleanup": False, "by-hand": True}

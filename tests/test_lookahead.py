@@ -64,7 +64,7 @@ def test_a_pause_during_the_lookahead_waits_for_that_fire_then_applies(db, pg_ds
         done["at"] = time.time()
 
     try:
-        _run_until([scheduler], lambda: scheduler._group is not None)
+        _run_until([scheduler], lambda: scheduler.pipeline.prepared is not None)
         pauser = threading.Thread(target=pause)
         pauser.start()
         time.sleep(0.3)
@@ -87,7 +87,7 @@ def test_a_due_row_arriving_meanwhile_goes_at_once_and_the_held_fire_at_its_inst
     insert_schedule(db, "later", cron=ONCE, next_fire_at=later)
     scheduler = _scheduler(pg_dsn, schema, amqp_url, queue)
     try:
-        _run_until([scheduler], lambda: scheduler._group is not None)
+        _run_until([scheduler], lambda: scheduler.pipeline.prepared is not None)
         now_id = insert_schedule(db, "now", cron=ONCE)
         _run_until([scheduler], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") >= 1)
         (first,) = db.execute("SELECT schedule_name, sent_at FROM jobs WHERE status = 'sent'").fetchall()
@@ -113,7 +113,7 @@ def test_overlap_skip_is_judged_at_the_instant_not_when_recorded(db, pg_dsn, sch
                    (previous[sid], sid))
     scheduler = _scheduler(pg_dsn, schema, amqp_url, queue)
     try:
-        _run_until([scheduler], lambda: scheduler._group is not None)
+        _run_until([scheduler], lambda: scheduler.pipeline.prepared is not None)
         db.execute("UPDATE jobs SET status = 'success', finished_at = now() WHERE id = %s", (previous[finishing],))
         _run_until([scheduler], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE scheduled_for = %s",
                                               instant) == 2)
@@ -131,9 +131,9 @@ def test_a_second_beat_waits_for_the_instant_instead_of_spinning(db, pg_dsn, sch
     one = _scheduler(pg_dsn, schema, amqp_url, queue)
     two = _scheduler(pg_dsn, schema, amqp_url, queue)
     try:
-        _run_until([one], lambda: one._group is not None)
+        _run_until([one], lambda: one.pipeline.prepared is not None)
         wait = two.run_once()
-        assert two._group is None
+        assert two.pipeline.prepared is None
         assert wait > 0.8  # sleeps until the instant the other beat holds, not a busy loop
         _run_until([one, two], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 1)
         for _ in range(5):

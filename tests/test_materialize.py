@@ -10,6 +10,7 @@ import pytest
 
 from runledger_beat.db import connect
 from runledger_beat.materialize import ClaimedScheduleMissing, claim_due, materialize_claimed, run_pass
+from runledger_beat.store import Store
 
 from .rows import insert_schedule, ledger
 
@@ -18,7 +19,7 @@ from .rows import insert_schedule, ledger
 def tx(pg_dsn, schema):
     """A non-autocommit connection for scheduling passes."""
     conn = connect(pg_dsn, schema)
-    yield conn
+    yield Store(conn)
     conn.close()
 
 
@@ -80,12 +81,11 @@ def test_failing_schedules_filling_a_batch_do_not_starve_a_valid_one(db, tx):
 def test_claimed_row_deleted_mid_batch_rolls_the_batch_back(db, tx):
     a = insert_schedule(db, "a")
     b = insert_schedule(db, "b")
-    with pytest.raises(ClaimedScheduleMissing) as caught:
-        with tx.transaction():
-            rows = claim_due(tx, 100)
-            assert len(rows) == 2
-            tx.execute("DELETE FROM job_schedules WHERE id = %s", (b,))
-            materialize_claimed(tx, rows)
+    with pytest.raises(ClaimedScheduleMissing) as caught, tx.conn.transaction():
+        rows = claim_due(tx, 100)
+        assert len(rows) == 2
+        tx.conn.execute("DELETE FROM job_schedules WHERE id = %s", (b,))
+        materialize_claimed(tx, rows)
     assert caught.value.schedule_id == b
     assert ledger(db) == []
     assert db.execute("SELECT count(*) AS n FROM job_schedules").fetchone()["n"] == 2
@@ -98,9 +98,9 @@ def test_two_connections_never_claim_the_same_row(db, pg_dsn, schema):
     one, two = connect(pg_dsn, schema), connect(pg_dsn, schema)
     try:
         with one.transaction():
-            mine = {r["id"] for r in claim_due(one, 10)}
+            mine = {r["id"] for r in claim_due(Store(one), 10)}
             with two.transaction():
-                theirs = {r["id"] for r in claim_due(two, 100)}
+                theirs = {r["id"] for r in claim_due(Store(two), 100)}
         assert len(mine) == 10 and len(theirs) == 10 and not mine & theirs
     finally:
         one.close()

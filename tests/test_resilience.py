@@ -60,9 +60,10 @@ def test_three_beats_fire_each_slot_exactly_once(db, pg_dsn, schema, amqp_url):
 def test_beat_killed_between_commit_and_publish_is_recovered(db, pg_dsn, schema, amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url, extra={"runledger_recovery_grace": 2})
     crashing_env = dict(env)
-    crashing_env["RL_EXTRA"] = '{"runledger_fault_point": "after_commit", "runledger_recovery_grace": 2}'
+    crashing_env["RL_EXTRA"] = '{"runledger_recovery_grace": 2}'
+    crashing_env["RL_CRASH_POINT"] = "after_commit"
     sid = insert_schedule(db, "crash", cron="* * * * * *")
-    crasher = start_beat(crashing_env, "crasher")
+    crasher = start_beat(crashing_env, "crasher", scheduler="tests.crashing:Scheduler")
     try:
         wait_for(lambda: not crasher.alive(), timeout=20, message="the beat to die at the fault point")
         assert crasher.popen.returncode == -9

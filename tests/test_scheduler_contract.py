@@ -49,7 +49,7 @@ def test_run_once_returns_seconds_until_next_fire_capped(pg_dsn, schema, db):
         assert scheduler.run_once() == pytest.approx(scheduler.max_interval, abs=0.01)
     finally:
         scheduler.close()
-    assert scheduler._conn is None and scheduler._listen is None
+    assert not scheduler.pipeline.connected and not scheduler.listener.listening
 
 
 def test_lookahead_records_ahead_and_commits_at_the_instant(pg_dsn, schema, db):
@@ -60,7 +60,7 @@ def test_lookahead_records_ahead_and_commits_at_the_instant(pg_dsn, schema, db):
                    " VALUES (gen_random_uuid(), 'soon', 'x', '0 0 1 1 *', now() + interval '3 seconds')")
         assert 0.9 < scheduler.run_once() <= 1.01  # wakes when the fire enters the 2 s window
         instant = db.execute("SELECT next_fire_at FROM job_schedules").fetchone()["next_fire_at"]
-        wait_for(lambda: scheduler.run_once() > 1.0 and scheduler._group is not None, timeout=3,
+        wait_for(lambda: scheduler.run_once() > 1.0 and scheduler.pipeline.prepared is not None, timeout=3,
                  message="the fire recorded ahead")
         # Recorded but not committed: invisible to others, the schedule row locked.
         assert count(db, "SELECT count(*) AS n FROM jobs") == 0
@@ -83,7 +83,7 @@ def test_tick_wakes_at_once_on_notify(pg_dsn, schema, db):
         other = connect(pg_dsn, schema, autocommit=True)
         started = time.monotonic()
         other.execute("UPDATE job_schedules SET updated_at = now()")  # any change notifies, even a no-op UPDATE
-        scheduler._wait_for_change(5.0)
+        scheduler.listener.wait(5.0)
         assert time.monotonic() - started < 2.0
         other.close()
     finally:

@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from runledger_beat.dispatch import Dispatcher
-from runledger_beat.materialize import Fire
+from runledger_beat.fires import Fire
+from runledger_beat.messages import send_fire
 from runledger_beat.stats import parse_duration, stats
-from runledger_beat.worker import mark_lost_runs
+from runledger_beat.store import Store
 
 from .procs import EXECUTIONS_DDL, celery_env, start_worker
 from .services import wait_for
@@ -50,7 +50,6 @@ def test_worker_keeps_ledger_current(pg_dsn, schema, db, amqp_url, celery_app):
     env = celery_env(pg_dsn, schema, amqp_url, queue, hook=True)
     worker = start_worker(env, name="ledger", concurrency=2, hostname=hostname)
     app = celery_app
-    dispatcher = Dispatcher(app)
     try:
         wait_for(lambda: not worker.alive() or app.control.ping(destination=[hostname], timeout=0.5),
                  timeout=20, message="worker ready")
@@ -74,9 +73,9 @@ def test_worker_keeps_ledger_current(pg_dsn, schema, db, amqp_url, celery_app):
             for job_id, job_type, args in [(ok, "rl.record", ["ok"]), (bad, "rl.fail", ["bad"]),
                                            (flaky, "rl.flaky", ["flaky", 1]), (gone, "rl.record", ["gone"]),
                                            (twice, "rl.record", ["twice"])]:
-                dispatcher.send_with(producer, fire(job_id, job_type, args), sent_event=False)
+                send_fire(app, producer, fire(job_id, job_type, args), sent_event=False)
             # The same fire delivered a second time (e.g. republished by a recovery sweep).
-            dispatcher.send_with(producer, fire(twice, "rl.record", ["twice"]), sent_event=False)
+            send_fire(app, producer, fire(twice, "rl.record", ["twice"]), sent_event=False)
 
         final = {"success", "failure", "revoked"}
         wait_for(lambda: all(_row(db, j)["status"] in final for j in (ok, bad, flaky, gone, twice))
@@ -122,12 +121,12 @@ def test_mark_lost_runs(db):
     db.execute("UPDATE jobs SET started_at = now() - interval '2 minutes' WHERE id = %s", (limited,))
     db.execute("UPDATE jobs SET started_at = now() - interval '10 minutes' WHERE id = %s", (fresh,))
 
-    assert mark_lost_runs(db, 3600) == 2
+    assert len(Store(db).mark_lost_runs(3600)) == 2
     assert _row(db, old)["status"] == "lost" and _row(db, old)["finished_at"] is not None
     assert _row(db, limited)["status"] == "lost"
     assert _row(db, fresh)["status"] == "started"
     assert _row(db, done)["status"] == "success"
-    assert mark_lost_runs(db, 3600) == 0
+    assert Store(db).mark_lost_runs(3600) == []
 
 
 def test_stats_on_hand_made_ledger(db):

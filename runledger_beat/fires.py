@@ -1,0 +1,42 @@
+"""What moves through the fire pipeline: a recorded fire, and the same fire ready for the broker."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Fire:
+    """A fire recorded in the ledger, to be published once its transaction commits.
+
+    ``id`` is the ledger row id and the Celery task id; ``payload`` is the
+    template plus ``_schedule``.
+    """
+
+    id: uuid.UUID
+    schedule_id: uuid.UUID | None
+    schedule_name: str | None
+    job_type: str
+    payload: Any
+    options: dict[str, Any]
+    scheduled_for: datetime | None
+    overlap_skip: bool = False
+
+    @classmethod
+    def from_job(cls, row: dict[str, Any]) -> Fire:
+        """The fire of a ledger row (the recovery sweep republishes these)."""
+        return cls(row["id"], row["schedule_id"], row["schedule_name"], row["job_type"], row["payload"],
+                   row["options"] or {}, row["scheduled_for"])
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """A fire on its way to the broker; on the RabbitMQ fast path with its AMQP frames encoded ahead."""
+
+    fire: Fire
+    frames: bytes | None = None
+    channel_id: int = 0
+    declare: tuple = ()

@@ -1,0 +1,80 @@
+"""Wake-ups on schedule changes: LISTEN on the channel a trigger on job_schedules notifies.
+
+A dropped connection is reopened at the next wait (at most every
+REOPEN_INTERVAL seconds); a server that refuses LISTEN (a transaction-mode
+pooler) turns listening off for good, with one log line, and beat polls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+import psycopg
+
+from .db import connect, safe_error
+from .settings import Settings
+from .store import NOTIFY_CHANNEL
+
+log = logging.getLogger("runledger_beat.listener")
+
+#: Seconds between attempts to reopen a lost LISTEN connection.
+REOPEN_INTERVAL = 5.0
+
+
+class ChangeListener:
+    """A LISTEN connection that tells when schedules changed; see the module docstring."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.enabled = settings.listen
+        self._conn: psycopg.Connection | None = None
+        self._next_open = 0.0
+
+    @property
+    def listening(self) -> bool:
+        """Whether a LISTEN connection is open now."""
+        return self._conn is not None
+
+    def open(self) -> None:
+        """Open the connection and LISTEN, unless listening is off or a recent attempt failed."""
+        if not self.enabled or self._conn is not None or time.monotonic() < self._next_open:
+            return
+        self._next_open = time.monotonic() + REOPEN_INTERVAL
+        try:
+            conn = connect(self.settings.dsn, self.settings.schema, autocommit=True,
+                           application_name="runledger_beat.listen")
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            self._conn = conn
+        except psycopg.OperationalError:
+            self._conn = None  # the server is away: try again later
+        except psycopg.Error as exc:
+            self._conn = None
+            self.enabled = False
+            log.warning("runledger: LISTEN unavailable (%s); polling every %ss",
+                        safe_error(exc, self.settings.dsn), self.settings.poll_interval)
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` s; True if schedules changed (or the connection dropped: look again)."""
+        self.open()
+        if self._conn is None:
+            return False
+        try:
+            changed = False
+            for _ in self._conn.notifies(timeout=timeout, stop_after=1):
+                changed = True
+            if changed:
+                for _ in self._conn.notifies(timeout=0):
+                    pass
+            return changed
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            self.close()
+            return True
+
+    def close(self) -> None:
+        """Close the connection (reopened by the next wait)."""
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+        self._conn = None

@@ -1,0 +1,365 @@
+"""The fire pipeline: prepare, hold, publish, settle and sweep the fires of one beat.
+
+One ``run_once()`` does every due step and returns the seconds until there is
+work again:
+
+1. claim and record (materialize.py) the schedules due now, or within the
+   lookahead for the next instant, in a transaction kept open until that
+   instant (the *prepared* group), building their messages meanwhile;
+2. at the instant, apply overlap skips, COMMIT, and publish (dispatch.py);
+   fires committed before their instant wait in *held* until it comes;
+3. settle: mark sent what the broker confirmed, record what failed;
+4. keep fires a broker outage stopped in the *backlog*, republished when it
+   answers again; every few seconds sweep the ledger for rows left pending
+   (a crashed beat, a failed publish) and mark lost runs.
+
+Nothing is published before its instant, nor before the transaction that
+recorded it commits. If beat dies with a prepared group, the transaction rolls
+back and the fire is claimed again. With several beats one at a time prepares
+ahead (a transaction-scoped advisory lock), so an instant's burst has one
+publisher; every beat claims rows already due.
+
+The pipeline owns two connections: *claims* (non-autocommit; holds the open
+transaction) and *ledger* (autocommit bookkeeping). It knows nothing of
+``celery beat``: scheduler.py drives it, tests drive it directly.
+``after_commit`` and ``after_publish`` are empty hooks for subclasses (the
+test suite's crash points).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from .backoff import Backoff
+from .db import connect, safe_error
+from .dispatch import Dispatcher
+from .fires import Fire, Outgoing
+from .materialize import record_pass, skip_overlapping
+from .settings import Settings
+from .store import Store
+
+log = logging.getLogger("runledger_beat.pipeline")
+
+#: Passes run back to back in one call while batches come back full.
+MAX_PASSES_PER_RUN = 100
+#: Fires a beat keeps in memory to republish itself after a broker outage.
+MAX_BACKLOG = 100_000
+#: Fires recorded ahead in one open transaction, at most (bounds memory).
+MAX_PREPARED = 50_000
+#: Ledger rows the recovery sweep republishes per pass.
+SWEEP_LIMIT = 1000
+#: Waking a hair after an instant avoids a spin when clocks round down.
+WAKE_MARGIN = 0.002
+#: How soon to look again when due rows are locked by another beat.
+CONTENDED_RETRY = 0.05
+
+
+@dataclass
+class Prepared:
+    """Fires recorded in the still-open claim transaction; committed at the first one's instant."""
+
+    start: datetime          # the instant further claims of this transaction are cut to
+    commit_at: float         # local wall-clock time of the earliest fire
+    outgoing: list[Outgoing]
+    last: datetime           # the latest fire's instant
+
+
+class FirePipeline:
+    """Claims, records, commits and publishes the fires of one beat; see the module docstring."""
+
+    def __init__(self, app: Any, settings: Settings, max_wait: float = 5.0) -> None:
+        self.app = app
+        self.settings = settings
+        self.max_wait = max_wait
+        self.dispatcher = Dispatcher(app, send_sent_events=settings.send_sent_events, fast=settings.fast_publish)
+        self.prepared: Prepared | None = None
+        self._claims: psycopg.Connection | None = None
+        self._ledger: psycopg.Connection | None = None
+        self._held: list[tuple[float, int, Outgoing]] = []  # committed, waiting for their instant
+        self._held_seq = 0
+        self._backlog: dict[Any, Fire] = {}
+        self._clock_offset = 0.0   # database clock minus local wall clock, in seconds
+        self._contended = False    # the last claim found due rows all locked by other beats
+        self._next_sweep = 0.0
+        self.db_backoff = Backoff("Postgres")
+        self.broker_backoff = Backoff("broker")
+
+    # -- hooks for subclasses ------------------------------------------------------
+
+    def after_commit(self) -> None:
+        """Called right after a claim transaction commits, before its fires are published."""
+
+    def after_publish(self) -> None:
+        """Called once the broker confirmed fires, before they are marked sent."""
+
+    # -- connections ---------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Open the claims and ledger connections (raises psycopg errors)."""
+        if self.connected:
+            return
+        self.close_connections()
+        dsn, schema = self.settings.dsn, self.settings.schema
+        self._claims = connect(dsn, schema, application_name="runledger_beat")
+        self._ledger = connect(dsn, schema, autocommit=True, application_name="runledger_beat.ledger")
+
+    @property
+    def connected(self) -> bool:
+        """Whether both connections are open."""
+        return all(c is not None and not c.closed for c in (self._claims, self._ledger))
+
+    @property
+    def claims(self) -> Store:
+        """The store on the claims connection (holds the open transaction)."""
+        assert self._claims is not None
+        return Store(self._claims)
+
+    @property
+    def ledger(self) -> Store:
+        """The store on the autocommit bookkeeping connection."""
+        assert self._ledger is not None
+        return Store(self._ledger)
+
+    def close_connections(self) -> None:
+        """Close both connections; an open transaction rolls back, so its fires are claimed again."""
+        if self.prepared is not None:
+            log.warning("runledger: %d fire(s) recorded ahead rolled back; they will be claimed again",
+                        len(self.prepared.outgoing))
+        self.prepared = None
+        for conn in (self._claims, self._ledger):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+        self._claims = self._ledger = None
+
+    # -- one step --------------------------------------------------------------------
+
+    def run_once(self) -> float:
+        """Do all due work without sleeping; return the seconds until there is work again."""
+        if self.db_backoff.active:
+            return min(self.db_backoff.until - time.monotonic(), self.max_wait)
+        try:
+            self.connect()
+            self._publish_backlog()
+            self._publish_held()
+            if self.prepared is not None and time.time() >= self.prepared.commit_at:
+                self._commit_prepared()
+            self._record()
+            self._settle(wait=True)  # every confirm in before beat sleeps
+            if time.monotonic() >= self._next_sweep:
+                self._sweep()
+            due = None if self.prepared is not None else self.ledger.seconds_until_due(self.settings.lookahead)
+            self.db_backoff.succeeded()
+        except psycopg.Error as exc:  # lost connection, or a statement the server refused: start afresh
+            self.close_connections()
+            return min(self.db_backoff.failed(safe_error(exc, self.settings.dsn)), self.max_wait)
+        return self._wait_for(due)
+
+    def _record(self) -> None:
+        """Claim and record fires: those due now are committed and published at once,
+        those of the next instant within the lookahead wait in the open transaction."""
+        batch = self.settings.batch_size
+        for _ in range(MAX_PASSES_PER_RUN):
+            if self.prepared is not None and len(self.prepared.outgoing) >= MAX_PREPARED:
+                break
+            claimed = self._record_batch(batch)
+            if self.dispatcher.in_flight():
+                self._settle(wait=False)  # mark sent what is confirmed while the next batch is recorded
+            if claimed < batch:
+                break
+
+    def _record_batch(self, batch: int) -> int:
+        """One claim pass; returns how many schedules it claimed."""
+        prepared, claims = self.prepared, self.claims
+        lookahead = self.settings.lookahead
+        if prepared is None and lookahead > 0 and not claims.try_prepare_lock():
+            lookahead = 0.0  # another beat is preparing an instant: take only what is due
+        result = record_pass(claims, batch, lookahead, prepared.start if prepared else None,
+                             self.settings.defer_seconds)
+        if result.clock_offset is not None:
+            self._clock_offset = result.clock_offset
+        if prepared is None:
+            self._contended = result.claimed == 0
+        if result.fires:
+            self._add_prepared(result.fires)
+        if self.prepared is None:
+            claims.conn.commit()  # nothing waits: end the claim's transaction now
+        elif time.time() >= self.prepared.commit_at:
+            self._commit_prepared()
+        return result.claimed
+
+    def _add_prepared(self, fires: list[Fire]) -> None:
+        outgoing = self.dispatcher.prepare(fires, encode=not self.broker_backoff.failing)
+        instants = [f.scheduled_for for f in fires if f.scheduled_for is not None]
+        first, last = min(instants), max(instants)
+        if self.prepared is None:
+            self.prepared = Prepared(first, self._local(first), outgoing, last)
+        else:
+            self.prepared.outgoing.extend(outgoing)
+            self.prepared.commit_at = min(self.prepared.commit_at, self._local(first))
+            self.prepared.last = max(self.prepared.last, last)
+
+    def _local(self, instant: datetime) -> float:
+        """The local wall-clock time at which the database clock reads ``instant`` (never early)."""
+        return instant.timestamp() - self._clock_offset
+
+    def _commit_prepared(self) -> None:
+        """Commit the open transaction at its instant and publish what is due; hold the rest."""
+        prepared, self.prepared = self.prepared, None
+        assert prepared is not None
+        claims = self.claims
+        skipped = skip_overlapping(claims, [o.fire for o in prepared.outgoing])
+        claims.conn.commit()
+        self.after_commit()
+        now = time.time()
+        if self._local(prepared.last) <= now and not skipped:  # the usual case: one instant, all due
+            self._publish(prepared.outgoing, wait=False)
+            return
+        due = []
+        for item in prepared.outgoing:
+            if item.fire.id in skipped:
+                continue
+            at = self._local(item.fire.scheduled_for) if item.fire.scheduled_for else now
+            if at <= now:
+                due.append(item)
+            else:
+                self._held_seq += 1
+                bisect.insort(self._held, (at, self._held_seq, item))
+        if skipped:
+            log.info("runledger: skipped %d fire(s): previous run still queued or running", len(skipped))
+        self._publish(due, wait=False)
+
+    def _publish_held(self) -> None:
+        cut = bisect.bisect_right(self._held, (time.time(), float("inf")))
+        if cut:
+            due = [item for _, _, item in self._held[:cut]]
+            del self._held[:cut]
+            self._publish(due, wait=False)
+
+    def _wait_for(self, due: float | None) -> float:
+        """Seconds to sleep: until the next held fire, the prepared commit, or the next cursor."""
+        cap = self.max_wait
+        if not self.settings.listen:
+            cap = min(cap, self.settings.poll_interval)
+        if self.broker_backoff.active and self._backlog:
+            cap = min(cap, max(0.0, self.broker_backoff.until - time.monotonic()))
+        now = time.time()
+        if self._held:
+            cap = min(cap, max(self._held[0][0] - now, 0.0) + WAKE_MARGIN)
+        if self.prepared is not None:
+            return max(0.0, min(cap, self.prepared.commit_at - now + WAKE_MARGIN))
+        if due is None:
+            return cap
+        if self._contended and due <= 0:
+            # Every row in the window is locked by another beat, which fires it at its
+            # instant; look again then (sooner if it is already past: that beat may be gone).
+            due = max(due + self.settings.lookahead, CONTENDED_RETRY)
+        return max(0.0, min(cap, due + WAKE_MARGIN))
+
+    # -- publishing --------------------------------------------------------------------
+
+    def _publish(self, outgoing: list[Outgoing], wait: bool = True) -> None:
+        """Publish committed fires; with ``wait`` settle them too (else the next settle does)."""
+        if not outgoing:
+            return
+        if self.broker_backoff.active:
+            self._keep([o.fire for o in outgoing], "broker unavailable", backlog=True)
+            return
+        if log.isEnabledFor(logging.INFO):
+            self._log_sending(outgoing)
+        self.dispatcher.send(outgoing)
+        self._settle(wait)
+
+    def _log_sending(self, outgoing: list[Outgoing]) -> None:
+        names = ": " + ", ".join(o.fire.schedule_name or o.fire.job_type for o in outgoing) \
+            if len(outgoing) <= 3 else ""
+        first = min((o.fire.scheduled_for for o in outgoing if o.fire.scheduled_for), default=None)
+        late = f" ({1000 * (time.time() - self._local(first)):.0f} ms after the instant)" if first else ""
+        log.info("runledger: sending %d fire(s)%s%s", len(outgoing), names, late)
+
+    def _settle(self, wait: bool = True) -> None:
+        """Mark sent what the broker confirmed; keep failed fires pending (and in memory on an outage)."""
+        result = self.dispatcher.collect(wait)
+        if result.sent:
+            for fire_id in result.sent:
+                self._backlog.pop(fire_id, None)
+            self.after_publish()
+            self.ledger.mark_sent(result.sent)
+        if result.error is not None:
+            self.broker_backoff.failed(safe_error(result.error))
+        elif result.sent:
+            self.broker_backoff.succeeded()
+        by_reason: dict[str, list[Fire]] = defaultdict(list)
+        for fire, reason in result.failed:
+            by_reason[reason].append(fire)
+        for reason, fires in by_reason.items():
+            self._keep(fires, reason, backlog=result.error is not None)
+
+    def _keep(self, fires: list[Fire], error: str, backlog: bool) -> None:
+        """Record a failed publish; on a broker outage also keep the fires in memory to republish promptly.
+
+        A fire the broker refused on its own (a bad exchange, say) is left to the
+        recovery sweep, so it cannot hold up the others.
+        """
+        if backlog:
+            for fire in fires:
+                if len(self._backlog) < MAX_BACKLOG:
+                    self._backlog[fire.id] = fire
+        else:
+            for fire in fires:
+                self._backlog.pop(fire.id, None)
+            log.warning("runledger: publishing %d fire(s) failed (%s); the recovery sweep will retry",
+                        len(fires), error)
+        self.ledger.mark_publish_failed([f.id for f in fires], error)
+
+    def _publish_backlog(self) -> None:
+        if self._backlog and not self.broker_backoff.active:
+            self._publish([Outgoing(f) for f in list(self._backlog.values())])
+
+    def _sweep(self) -> None:
+        """Republish ledger rows left pending past the grace (a crashed beat, a failed publish); mark lost runs."""
+        self._next_sweep = time.monotonic() + max(1.0, min(self.settings.recovery_grace / 2, 10.0))
+        lost = self.ledger.mark_lost_runs(self.settings.lost_after)
+        if lost:
+            log.warning("runledger: marked %d run(s) lost (started, never finished)", len(lost))
+        if self.broker_backoff.active:
+            return
+        waiting = {item.fire.id for _, _, item in self._held}
+        with self._ledger.transaction():
+            rows = self.ledger.claim_pending(self.settings.recovery_grace, SWEEP_LIMIT)
+            fires = [Fire.from_job(r) for r in rows if r["id"] not in self._backlog and r["id"] not in waiting]
+            if fires:
+                log.info("runledger: recovery sweep republishing %d fire(s)", len(fires))
+                self._publish([Outgoing(f) for f in fires])
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    def close(self, drain_timeout: float | None = None) -> None:
+        """Publish committed fires still held (at their instants, waiting at most ``drain_timeout`` s,
+        by default the lookahead plus one second), roll back the prepared group, release everything."""
+        limit = self.settings.lookahead + 1.0 if drain_timeout is None else drain_timeout
+        deadline = time.time() + limit
+        try:
+            while self._held and self.connected and time.time() < deadline:
+                time.sleep(max(0.0, min(self._held[0][0] - time.time(), deadline - time.time())))
+                self._publish_held()
+            if self._held:
+                log.warning("runledger: %d committed fire(s) not published at shutdown; the recovery sweep "
+                            "of any beat publishes them", len(self._held))
+            if self.connected:
+                self._settle(wait=True)
+        except (psycopg.Error, OSError) as exc:
+            log.warning("runledger: shutdown could not publish everything (%s); the recovery sweep will",
+                        safe_error(exc, self.settings.dsn))
+        self._held = []
+        self.close_connections()
+        self.dispatcher.close()

@@ -1,0 +1,265 @@
+"""One schedule definition and its validation: ``ScheduleSpec``.
+
+The API, the command line, the beat_schedule importer and the web dashboard all
+describe a schedule with a ``ScheduleSpec`` and turn it into table columns with
+``columns()``, which checks every field first and raises ``ScheduleError(field,
+reason)``, so nothing invalid is ever written. The CHECK constraints of the
+migrations guard the same rules for raw SQL (limits.py holds the shared bounds).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Any
+
+from .cron import ScheduleError, zone
+from .formats import parse_duration, parse_instant
+from .limits import (
+    MAX_CRON_LEN,
+    MAX_JSON_DEPTH,
+    MAX_NAME_LEN,
+    MAX_SECONDS,
+    MAX_TASK_LEN,
+    MAX_TEMPLATE_BYTES,
+    MAX_TZ_LEN,
+    OPTION_KEYS,
+    PROTOCOL_HEADERS,
+)
+from .timeengine import Timing
+
+OVERLAP_POLICIES = ("allow", "skip")
+SOURCES = ("api", "config")
+#: Columns whose change moves the cursor.
+TIMING_COLUMNS = ("kind", "cron_expr", "cron_day_and", "interval_seconds", "run_at", "timezone",
+                  "max_jitter_seconds", "start_at", "end_at")
+_STRING_OPTIONS = ("queue", "routing_key", "exchange", "exchange_type")
+_SECONDS_OPTIONS = ("expires", "time_limit", "soft_time_limit")
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule as users write it (API keyword names); ``columns()`` validates it."""
+
+    name: Any
+    task: Any
+    cron: Any = None
+    every: Any = None
+    at: Any = None
+    timezone: Any = "UTC"
+    args: Any = ()
+    kwargs: Any = None
+    options: Any = None
+    max_jitter: Any = 0
+    misfire: Any = "fire_once"
+    grace: Any = None
+    overlap: Any = "allow"
+    start: Any = None
+    end: Any = None
+    organization_id: Any = None
+    active: Any = True
+    day_and: Any = False
+    source: Any = "api"
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """Every field, in declaration order."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ScheduleSpec:
+        """The spec of a stored job_schedules row."""
+        template = row["payload_template"]
+        args, kwargs = ((list(template.get("args") or []), dict(template.get("kwargs") or {}))
+                        if isinstance(template, dict) else ([template], {}))
+        kind = row["kind"]
+        return cls(
+            name=row["name"], task=row["job_type"], cron=row.get("cron_expr") if kind == "cron" else None,
+            every=row.get("interval_seconds") if kind == "interval" else None,
+            at=row.get("run_at") if kind == "once" else None, timezone=row["timezone"], args=args, kwargs=kwargs,
+            options=dict(row.get("options") or {}), max_jitter=row["max_jitter_seconds"],
+            misfire=row["misfire_policy"], grace=row.get("misfire_grace_seconds"), overlap=row["overlap_policy"],
+            start=row.get("start_at"), end=row.get("end_at"),
+            organization_id=str(row["organization_id"]) if row.get("organization_id") else None,
+            active=row["is_active"], day_and=bool(row.get("cron_day_and")), source=row["source"])
+
+    def columns(self) -> dict[str, Any]:
+        """Validate every field into job_schedules column values (no id, anchor or cursor yet)."""
+        name = check_text("name", self.name, MAX_NAME_LEN)
+        task = check_text("task", self.task.strip() if isinstance(self.task, str) else self.task, MAX_TASK_LEN)
+        template = check_template(self.args, self.kwargs)
+        check_choice("overlap", self.overlap, OVERLAP_POLICIES)
+        check_choice("source", self.source, SOURCES)
+        timing = self.timing()
+        kind = timing.kind
+        return {
+            "name": name, "job_type": task, "organization_id": check_organization(self.organization_id),
+            "payload_template": template, "kind": kind, "cron_expr": timing.cron,
+            "cron_day_and": timing.day_and if kind == "cron" else False, "interval_seconds": timing.every,
+            "run_at": timing.at, "timezone": timing.timezone, "is_active": bool(self.active),
+            "max_jitter_seconds": timing.max_jitter, "options": check_options(self.options),
+            "misfire_policy": timing.misfire, "misfire_grace_seconds": timing.grace,
+            "overlap_policy": self.overlap, "start_at": timing.start, "end_at": timing.end, "source": self.source,
+        }
+
+    def timing(self) -> Timing:
+        """The validated Timing of this spec (kind from whichever of cron / every / at is given)."""
+        given = [k for k, v in (("cron", self.cron), ("every", self.every), ("at", self.at)) if v is not None]
+        if len(given) != 1:
+            raise ScheduleError("cron", "give exactly one of cron, every or at"
+                                + (f" (got {', '.join(given)})" if given else ""))
+        tz = self.timezone
+        if not isinstance(tz, str) or not tz or len(tz) > MAX_TZ_LEN:
+            raise ScheduleError("timezone", f"unknown time zone {tz!r}")
+        zone(tz)
+        kind = {"cron": "cron", "every": "interval", "at": "once"}[given[0]]
+        cron = None
+        if kind == "cron":
+            if not isinstance(self.cron, str) or len(self.cron) > MAX_CRON_LEN:
+                raise ScheduleError("cron", f"must be a string of at most {MAX_CRON_LEN} characters")
+            cron = self.cron.strip()
+        return Timing(
+            kind=kind, cron=cron, day_and=bool(self.day_and),
+            every=check_seconds("every", self.every) if kind == "interval" else None,
+            at=parse_instant("at", self.at, tz), timezone=tz,
+            start=parse_instant("start", self.start, tz), end=parse_instant("end", self.end, tz),
+            max_jitter=self.max_jitter, misfire=self.misfire, grace=check_seconds("grace", self.grace),
+        ).validate()
+
+
+def check_text(field: str, value: Any, limit: int) -> str:
+    """A non-empty single-line string without surrounding spaces or control characters, at most ``limit`` long."""
+    if not isinstance(value, str) or not value:
+        raise ScheduleError(field, "must be a non-empty string")
+    if value != value.strip():
+        raise ScheduleError(field, f"must not start or end with spaces: {value!r}")
+    if len(value) > limit:
+        raise ScheduleError(field, f"at most {limit} characters, got {len(value)}")
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise ScheduleError(field, f"must not contain control characters: {value!r}")
+    return value
+
+
+def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
+    """One of ``choices``."""
+    if value not in choices:
+        raise ScheduleError(field, f"unknown value {value!r}; expected {' or '.join(choices)}")
+    return value
+
+
+def check_seconds(field: str, value: Any) -> float | None:
+    """A finite duration in seconds (number, timedelta or text like 5m), 0..MAX_SECONDS; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ScheduleError(field, f"expected a duration, got {value!r}")
+    elif isinstance(value, str):
+        seconds = parse_duration(value, field)
+    else:
+        seconds = float(value)
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_SECONDS:
+        raise ScheduleError(field, f"must be a finite number of seconds between 0 and {MAX_SECONDS}, got {value!r}")
+    return seconds
+
+
+def check_organization(value: Any) -> str | None:
+    """A UUID as text, or None."""
+    if value is None or value == "":
+        return None
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise ScheduleError("organization_id", f"must be a UUID, got {value!r}") from None
+
+
+def check_template(args: Any, kwargs: Any) -> dict[str, Any]:
+    """The payload template ``{"args": [...], "kwargs": {...}}``: plain, finite, bounded JSON."""
+    if isinstance(args, tuple):
+        args = list(args)
+    if not isinstance(args, list):
+        raise ScheduleError("args", f"must be a list, got {type(args).__name__}")
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(kwargs, Mapping):
+        raise ScheduleError("kwargs", f"must be an object, got {type(kwargs).__name__}")
+    if not all(isinstance(k, str) for k in kwargs):
+        raise ScheduleError("kwargs", "keys must be strings")
+    template = {"args": list(args), "kwargs": dict(kwargs)}
+    for field in ("args", "kwargs"):
+        check_json(field, template[field])
+    if len(json.dumps(template)) > MAX_TEMPLATE_BYTES:
+        raise ScheduleError("args", f"args and kwargs together exceed {MAX_TEMPLATE_BYTES} bytes of JSON")
+    return template
+
+
+def check_json(field: str, value: Any) -> None:
+    """Plain JSON (no NaN or infinity, string keys), nested at most MAX_JSON_DEPTH deep."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ScheduleError(field, f"nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                raise ScheduleError(field, "object keys must be strings")
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ScheduleError(field, f"{item!r} is not valid JSON")
+        elif item is not None and not isinstance(item, (str, int, float, bool)):
+            raise ScheduleError(field, f"{type(item).__name__} is not JSON (use strings, numbers, lists, objects)")
+
+
+def check_options(options: Any) -> dict[str, Any]:
+    """Celery publish options: known keys (limits.OPTION_KEYS) with values of the right type."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ScheduleError("options", f"must be an object, got {type(options).__name__}")
+    clean: dict[str, Any] = {}
+    for key, value in options.items():
+        if key not in OPTION_KEYS:
+            raise ScheduleError("options", f"unknown option {key!r}; expected one of {', '.join(OPTION_KEYS)}")
+        if value is not None:
+            clean[key] = _option(key, value)
+    return clean
+
+
+def _option(key: str, value: Any) -> Any:
+    """One option's checked value."""
+    if key in _STRING_OPTIONS:
+        if not isinstance(value, str) or not value or len(value) > 255:
+            raise ScheduleError(key, f"must be a non-empty string of at most 255 characters, got {value!r}")
+        return value
+    if key == "priority":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+            raise ScheduleError("priority", f"must be an integer 0..255, got {value!r}")
+        return value
+    if key == "ignore_result":
+        if not isinstance(value, bool):
+            raise ScheduleError("ignore_result", f"must be true or false, got {value!r}")
+        return value
+    if key == "headers":
+        return _headers(value)
+    seconds = check_seconds(key, value)
+    if not seconds:
+        raise ScheduleError(key, f"must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def _headers(value: Any) -> dict[str, Any]:
+    """Extra message headers: plain JSON, never a protocol header."""
+    if not isinstance(value, Mapping):
+        raise ScheduleError("headers", f"must be an object, got {value!r}")
+    reserved = sorted(k for k in value if k in PROTOCOL_HEADERS)
+    if reserved:
+        raise ScheduleError("headers", f"may not set protocol headers: {', '.join(reserved)}")
+    check_json("headers", dict(value))
+    return dict(value)

@@ -1,0 +1,224 @@
+"""The one place that runs the named statements of sql/queries.sql.
+
+``Store`` wraps one psycopg connection (dict rows, search_path on the runledger
+schema: see db.connect) and offers a method per statement, named for what it
+means. It never commits: the caller owns the transaction, because the fire
+pipeline must decide exactly where a claim ends. Array parameters travel in
+binary (``%(name)b`` in the SQL), which matters for batches of thousands.
+The migration runner keeps its own statements in db.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import queries
+
+#: NOTIFY channel that wakes every beat when schedules change.
+NOTIFY_CHANNEL = "runledger_schedules"
+
+
+class Store:
+    """Named statements over one connection; see the module docstring."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def _one(self, statement: str, params: dict[str, Any] | None = None) -> dict | None:
+        return self.conn.execute(statement, params or {}).fetchone()
+
+    def _all(self, statement: str, params: dict[str, Any] | None = None) -> list[dict]:
+        return self.conn.execute(statement, params or {}).fetchall()
+
+    # -- the beat: claim, record, advance ------------------------------------
+
+    def mark_internal(self) -> datetime:
+        """Keep this transaction's cursor moves from waking other beats; returns the database clock."""
+        return self._one(queries.mark_internal)["db_clock"]
+
+    def try_prepare_lock(self) -> bool:
+        """Whether this transaction may prepare an instant ahead (one beat per schema at a time)."""
+        return bool(self._one(queries.try_prepare_lock)["ok"])
+
+    def claim_due(self, limit: int, lookahead: float, group_start: datetime | None,
+                  group_window: float) -> list[dict]:
+        """Lock schedules due by the horizon (SKIP LOCKED), oldest cursor first."""
+        return self._all(queries.claim_due_schedules, {
+            "limit": limit, "lookahead": float(lookahead), "group_start": group_start,
+            "group_window": group_window})
+
+    def insert_fires(self, ids: Sequence[uuid.UUID], schedule_ids: Sequence[uuid.UUID],
+                     scheduled_fors: Sequence[datetime], payloads: Sequence[str],
+                     statuses: Sequence[str], notes: Sequence[str | None]) -> set[uuid.UUID]:
+        """Record fires as ledger rows (payloads as JSON text); returns the ids inserted (a taken slot is not)."""
+        rows = self._all(queries.insert_fires, {
+            "ids": list(ids), "schedule_ids": list(schedule_ids), "scheduled_fors": list(scheduled_fors),
+            "payloads": list(payloads), "statuses": list(statuses), "notes": list(notes)})
+        return {r["id"] for r in rows}
+
+    def advance_cursors(self, ids: Sequence[uuid.UUID], next_fire_ats: Sequence[datetime | None],
+                        fired: Sequence[bool]) -> int:
+        """Move claimed schedules' cursors (None deactivates); returns how many rows moved."""
+        return self.conn.execute(queries.advance_cursors, {
+            "ids": list(ids), "next_fire_ats": list(next_fire_ats), "fired": list(fired)}).rowcount
+
+    def existing_schedules(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Which of these schedule ids still exist."""
+        return {r["id"] for r in self._all(queries.existing_schedules, {"ids": list(ids)})}
+
+    def defer_schedule(self, schedule_id: uuid.UUID, delay: float) -> bool:
+        """Push a schedule that failed to materialize ``delay`` seconds out; False if it is gone."""
+        return self.conn.execute(queries.defer_schedule, {"id": schedule_id, "delay": delay}).rowcount > 0
+
+    def skip_overlapping(self, fire_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Mark skipped the fires whose schedule still has a live run; returns their ids."""
+        return {r["id"] for r in self._all(queries.skip_overlapping_fires, {"ids": list(fire_ids)})}
+
+    def seconds_until_due(self, lookahead: float) -> float | None:
+        """Seconds until the earliest active cursor enters the lookahead window (None: nothing active)."""
+        return self._one(queries.next_due_in, {"lookahead": float(lookahead)})["seconds"]
+
+    # -- the beat: the outbox ----------------------------------------------------
+
+    def mark_sent(self, fire_ids: Sequence[uuid.UUID]) -> None:
+        """Fires the broker confirmed."""
+        self.conn.execute(queries.mark_sent, {"ids": list(fire_ids)})
+
+    def mark_publish_failed(self, fire_ids: Sequence[uuid.UUID], error: str) -> None:
+        """Count a failed publish; the rows stay pending for the sweep."""
+        self.conn.execute(queries.mark_publish_failed, {"ids": list(fire_ids), "error": error[:1000]})
+
+    def claim_pending(self, grace: float, limit: int) -> list[dict]:
+        """Lock ledger rows left unpublished past the grace (manual triggers at once), for one sweeper."""
+        return self._all(queries.claim_pending_jobs, {"grace": grace, "limit": limit})
+
+    def mark_lost_runs(self, default_bound: float) -> list[uuid.UUID]:
+        """Started runs older than their time limit (else ``default_bound`` s) become lost; returns their ids."""
+        return [r["id"] for r in self._all(queries.mark_lost_runs, {"default_bound": float(default_bound)})]
+
+    # -- the worker hook ---------------------------------------------------------
+
+    def start_run(self, job_id: str, worker: str | None, retries: int) -> bool:
+        """Move a not-yet-started ledger row to started (the duplicate guard); False if it was not."""
+        return self._one(queries.worker_claim_job, {"id": job_id, "worker": worker, "retries": retries}) is not None
+
+    def count_duplicate(self, job_id: str) -> str | None:
+        """Count a delivery of a run already started or finished; its status, None when there is no row."""
+        row = self._one(queries.worker_count_duplicate, {"id": job_id})
+        return None if row is None else row["status"]
+
+    def mark_retry(self, job_id: str, retries: int, error: str) -> None:
+        """A run asked to retry."""
+        self.conn.execute(queries.worker_mark_retry, {"id": job_id, "retries": retries, "error": error})
+
+    def mark_success(self, job_id: str) -> None:
+        """A run finished successfully."""
+        self.conn.execute(queries.worker_mark_success, {"id": job_id})
+
+    def mark_failure(self, job_id: str, error: str) -> None:
+        """A run failed."""
+        self.conn.execute(queries.worker_mark_failure, {"id": job_id, "error": error})
+
+    def mark_revoked(self, job_id: str, note: str | None) -> None:
+        """A run was revoked or expired."""
+        self.conn.execute(queries.worker_mark_revoked, {"id": job_id, "error": note})
+
+    # -- schedules (API, CLI, importer) --------------------------------------------
+
+    def db_now(self) -> datetime:
+        """The database clock, which judges due-ness."""
+        return self._one(queries.api_db_now)["now"]
+
+    def schedule(self, name: str, lock: bool = False) -> dict | None:
+        """One schedule row by name (locked for a read-modify-write with ``lock``)."""
+        return self._one(queries.api_lock_schedule if lock else queries.api_get_schedule, {"name": name})
+
+    def insert_schedule(self, row: dict[str, Any]) -> dict:
+        """Create a schedule from full column values; returns the stored row."""
+        return self._one(queries.api_insert_schedule, _json_columns(row))
+
+    def update_schedule(self, row: dict[str, Any]) -> dict:
+        """Replace a schedule's definition and cursor (by id); returns the stored row."""
+        return self._one(queries.api_update_schedule, _json_columns(row))
+
+    def schedules(self, task: str | None = None, organization_id: str | None = None,
+                  active: bool | None = None) -> list[dict]:
+        """Schedules by name, optionally filtered."""
+        return self._all(queries.api_list_schedules,
+                         {"task": task, "organization_id": organization_id, "active": active})
+
+    def set_active(self, schedule_id: uuid.UUID, active: bool, next_fire_at: datetime | None) -> dict:
+        """Pause or resume a schedule with its new cursor; returns the row."""
+        return self._one(queries.api_set_active, {"id": schedule_id, "active": active, "next_fire_at": next_fire_at})
+
+    def delete_schedule(self, name: str) -> bool:
+        """Remove a schedule (its ledger rows stay); False when there was none."""
+        return self._one(queries.api_delete_schedule, {"name": name}) is not None
+
+    def insert_manual_job(self, job: dict[str, Any]) -> dict:
+        """Record a manual trigger as a pending ledger row; returns it."""
+        return self._one(queries.api_insert_manual_job,
+                         dict(job, payload=Jsonb(job["payload"]), options=Jsonb(job["options"] or {})))
+
+    def notify_schedules(self) -> None:
+        """Wake the running beats."""
+        self.conn.execute(queries.api_notify_schedules)
+
+    def history(self, name: str, status: str | None, limit: int) -> list[dict]:
+        """The latest ledger rows of a schedule, newest first."""
+        return self._all(queries.api_history, {"name": name, "status": status, "limit": limit})
+
+    def config_schedules(self) -> list[dict]:
+        """Every schedule imported from a Celery beat_schedule."""
+        return self._all(queries.api_config_schedules)
+
+    def deactivate_config(self, schedule_ids: Sequence[uuid.UUID]) -> list[str]:
+        """Deactivate config schedules whose entry left the beat_schedule; returns their names."""
+        return [r["name"] for r in self._all(queries.api_deactivate_config, {"ids": list(schedule_ids)})]
+
+    # -- reading the ledger ----------------------------------------------------------
+
+    def job_stats(self, name: str | None, since_seconds: float | None) -> list[dict]:
+        """Per schedule: counts by status and lag percentiles."""
+        return self._all(queries.job_stats, {"name": name, "since": since_seconds})
+
+    # -- the demo --------------------------------------------------------------------
+
+    def demo_setup(self, schedules: Sequence[tuple[str, str, int]]) -> None:
+        """Create the demo's runs table and its (name, cron, max jitter) schedules."""
+        self.conn.execute(queries.demo_create_runs_table)
+        for name, cron, jitter in schedules:
+            self.conn.execute(queries.demo_insert_schedule, {
+                "id": uuid.uuid4(), "name": name, "template": Jsonb({"args": [name], "kwargs": {}}),
+                "cron": cron, "jitter": jitter})
+
+    def demo_record_run(self, task_id: str, who: str, scheduled_for: str | None, worker: str) -> None:
+        """The demo task ran."""
+        self.conn.execute(queries.demo_record_run,
+                          {"task_id": task_id, "who": who, "scheduled_for": scheduled_for, "worker": worker})
+
+    def demo_progress(self) -> list[dict]:
+        """Every fire with its sent and run times."""
+        return self._all(queries.demo_progress)
+
+    def demo_unfinished(self) -> int:
+        """Fires sent but not yet run."""
+        return int(self._one(queries.demo_unfinished)["n"])
+
+    def demo_summary(self) -> list[dict]:
+        """Per schedule: fires, sent, executed, slots."""
+        return self._all(queries.demo_summary)
+
+
+def _json_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """Column values with the jsonb columns wrapped for psycopg."""
+    out = dict(row)
+    out["payload_template"] = Jsonb(row["payload_template"])
+    out["options"] = Jsonb(row["options"] or {})
+    return out
