@@ -1,24 +1,69 @@
 """Connections, migrations and DSN handling: the only place that opens Postgres.
 
-Every connection gets ``search_path`` set to the runledger schema, so the SQL in
-sql/ stays unqualified. (Behind PgBouncer use session pooling: a transaction-mode
-pooler would not keep the search_path, nor LISTEN.)
+Every connection from ``connect()`` gets:
+
+- ``search_path`` set to the runledger schema alone (then ``pg_temp``), so the SQL in
+  sql/ stays unqualified. ``pg_catalog`` is then searched *first*, implicitly (PostgreSQL
+  does so whenever it is not named in the path), so no object in the runledger schema
+  or in ``public`` can shadow a built-in; ``public`` is not searched at all. Naming
+  ``pg_catalog`` explicitly first would do the same lookups but turn
+  ``current_schema()`` (the NOTIFY payload and the prepare lock) into ``pg_catalog``
+  and send unqualified CREATEs into the system catalog, so it is left implicit.
+- TCP keepalives (idle 5 s, then every 2 s, 3 probes) and ``tcp_user_timeout`` 10 s,
+  unless the DSN sets them, so a cut-off beat notices within seconds and the server
+  drops its session (and its row locks) as fast.
+- optional ``statement_timeout``, ``lock_timeout`` and
+  ``idle_in_transaction_session_timeout`` (seconds; set with ``set_config`` after
+  connecting, which works behind PgBouncer too, unlike startup ``options``).
+- loaders that never raise on one bad value: timestamps outside Python's range
+  (``infinity``, ``-infinity``, year 0 or 10000+) load as ``OUT_OF_RANGE_LOW`` /
+  ``OUT_OF_RANGE_HIGH`` (``datetime.min`` / ``datetime.max``, aware in UTC for
+  timestamptz), and JSON that Python cannot load (nested deeper than the recursion
+  limit) loads as ``UNREADABLE_JSON``; so one bad row never breaks a fetch of many.
+  Check with ``is_out_of_range(dt)`` / ``is_unreadable(value)`` before using a value.
+
+(Behind PgBouncer use session pooling: a transaction-mode pooler would not keep the
+search_path, nor LISTEN.)
+
+``redact_dsn`` and ``safe_error`` live in ``runledger_beat.redaction`` and are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from importlib import resources
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+from psycopg.types.datetime import (
+    TimestampBinaryLoader,
+    TimestampLoader,
+    TimestamptzBinaryLoader,
+    TimestamptzLoader,
+)
+from psycopg.types.json import JsonbBinaryLoader, JsonBinaryLoader, JsonbLoader, JsonLoader
 
 from . import queries
+from .redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
+
+__all__ = ["DEFAULT_SCHEMA", "OUT_OF_RANGE_HIGH", "OUT_OF_RANGE_LOW", "UNREADABLE_JSON", "ConfigError",
+           "check_schema_name", "check_version", "connect", "dsn_has_password", "is_out_of_range",
+           "is_unreadable", "migrate", "migration_files", "read_dsn_file", "redact_dsn", "register_safe_loaders",
+           "safe_error", "schema_ready", "set_search_path"]
 
 DEFAULT_SCHEMA = "runledger"
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+#: Always on, unless the DSN sets them: notice a dead peer within seconds.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+              "tcp_user_timeout": 10000}
+#: Sentinels a timestamptz beyond Python's range loads as (timestamp: the same, naive).
+OUT_OF_RANGE_HIGH = datetime.max.replace(tzinfo=timezone.utc)
+OUT_OF_RANGE_LOW = datetime.min.replace(tzinfo=timezone.utc)
 
 
 class ConfigError(Exception):
@@ -32,53 +77,185 @@ def check_schema_name(schema: str) -> str:
     return schema
 
 
-def redact_dsn(dsn: str) -> str:
-    """The DSN with any password replaced by ``***`` (URL or key=value form)."""
-    if not dsn:
-        return ""
-    if "://" in dsn:
-        parts = urlsplit(dsn)
-        if parts.password is None:
-            return dsn
-        netloc = parts.netloc.rsplit("@", 1)
-        user = parts.username or ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
-    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn)
+# ---------------------------------------------------------------------------
+# Loaders that never raise on one bad value
 
 
-def safe_error(exc: BaseException, dsn: str | None = None) -> str:
-    """One-line text of an error with the DSN's password scrubbed out."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    if dsn:
-        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password") if _parsable(dsn) else None
-        if password:
-            text = text.replace(str(password), "***")
-        text = text.replace(dsn, redact_dsn(dsn))
-    return text
+class UnreadableJson:
+    """Stands for a json/jsonb value Python could not load; its repr says why."""
 
+    __slots__ = ("reason",)
 
-def _parsable(dsn: str) -> bool:
-    try:
-        psycopg.conninfo.conninfo_to_dict(dsn)
-        return True
-    except psycopg.Error:
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<unreadable JSON: {self.reason}>"
+
+    def __bool__(self) -> bool:
         return False
 
 
+#: The generic sentinel (``is_unreadable`` also accepts the per-value ones carrying a reason).
+UNREADABLE_JSON = UnreadableJson("nested deeper than Python's recursion limit, or not valid JSON")
+
+
+def is_unreadable(value: Any) -> bool:
+    """Whether a loaded json/jsonb value is the unreadable sentinel."""
+    return isinstance(value, UnreadableJson)
+
+
+def is_out_of_range(value: Any) -> bool:
+    """Whether a loaded timestamp is a sentinel for a value beyond year 1..9999 (or ±infinity).
+
+    ``datetime.max`` itself (9999-12-31T23:59:59.999999) cannot be told apart and counts as out of range.
+    """
+    if not isinstance(value, datetime):
+        return False
+    naive = value.replace(tzinfo=None)
+    return naive == datetime.max or naive == datetime.min
+
+
+def _sentinel(data: Any, aware: bool, binary: bool = False) -> datetime:
+    """The sentinel for an unloadable timestamp: low for -infinity and BC dates, else high."""
+    raw = bytes(data)
+    # binary: int64 microseconds since 2000-01-01, negative is before; text: "-infinity" or "... BC"
+    low = int.from_bytes(raw[:8], "big", signed=True) < 0 if binary else raw.startswith(b"-") or b"BC" in raw
+    value = datetime.min if low else datetime.max
+    return value.replace(tzinfo=timezone.utc) if aware else value
+
+
+class SafeTimestamptzLoader(TimestamptzLoader):
+    """timestamptz (text): out-of-range values load as OUT_OF_RANGE_HIGH/LOW instead of raising DataError."""
+
+    def load(self, data: Any) -> datetime:
+        """Load, or return the sentinel."""
+        try:
+            return super().load(data)
+        except (psycopg.DataError, OverflowError, ValueError):
+            return _sentinel(data, True)
+
+
+class SafeTimestamptzBinaryLoader(TimestamptzBinaryLoader):
+    """timestamptz (binary): as SafeTimestamptzLoader."""
+
+    def load(self, data: Any) -> datetime:
+        """Load, or return the sentinel."""
+        try:
+            return super().load(data)
+        except (psycopg.DataError, OverflowError, ValueError):
+            return _sentinel(data, True, binary=True)
+
+
+class SafeTimestampLoader(TimestampLoader):
+    """timestamp (text): out-of-range values load as naive datetime.max/min."""
+
+    def load(self, data: Any) -> datetime:
+        """Load, or return the sentinel."""
+        try:
+            return super().load(data)
+        except (psycopg.DataError, OverflowError, ValueError):
+            return _sentinel(data, False)
+
+
+class SafeTimestampBinaryLoader(TimestampBinaryLoader):
+    """timestamp (binary): as SafeTimestampLoader."""
+
+    def load(self, data: Any) -> datetime:
+        """Load, or return the sentinel."""
+        try:
+            return super().load(data)
+        except (psycopg.DataError, OverflowError, ValueError):
+            return _sentinel(data, False, binary=True)
+
+
+def _safe_json(base: type) -> type:
+    """A json loader class that returns an UnreadableJson instead of raising RecursionError/ValueError."""
+
+    def load(self: Any, data: Any) -> Any:
+        try:
+            return base.load(self, data)
+        except RecursionError:
+            return UnreadableJson("nested deeper than Python's recursion limit")
+        except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError
+            return UnreadableJson(f"not valid JSON ({type(exc).__name__})")
+
+    load.__doc__ = "Load, or return an UnreadableJson sentinel."
+    return type(f"Safe{base.__name__}", (base,), {"load": load, "__doc__": f"{base.__name__} that never raises."})
+
+
+_SAFE_LOADERS: tuple[tuple[str, type], ...] = (
+    ("timestamptz", SafeTimestamptzLoader), ("timestamptz", SafeTimestamptzBinaryLoader),
+    ("timestamp", SafeTimestampLoader), ("timestamp", SafeTimestampBinaryLoader),
+    ("json", _safe_json(JsonLoader)), ("json", _safe_json(JsonBinaryLoader)),
+    ("jsonb", _safe_json(JsonbLoader)), ("jsonb", _safe_json(JsonbBinaryLoader)),
+)
+
+
+def register_safe_loaders(conn: psycopg.Connection) -> None:
+    """Register the never-raising timestamp and json loaders on one connection (connect() does this)."""
+    for type_name, loader in _SAFE_LOADERS:
+        conn.adapters.register_loader(type_name, loader)
+
+
+# ---------------------------------------------------------------------------
+# Connections
+
+
+def _keepalives(dsn: str) -> dict[str, int]:
+    """The keepalive parameters the DSN does not set itself (tcp_user_timeout needs libpq 12)."""
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        given = {}
+    wanted = dict(KEEPALIVES)
+    if psycopg.pq.version() < 120000:
+        wanted.pop("tcp_user_timeout")
+    return {k: v for k, v in wanted.items() if k not in given}
+
+
+def _milliseconds(name: str, seconds: float) -> str:
+    """A timeout in seconds as the millisecond text Postgres takes; ConfigError if negative or not a number."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 2**31 / 1000:
+        raise ConfigError(f"{name}: expected a number of seconds >= 0, got {seconds!r}")
+    return str(int(round(seconds * 1000)))
+
+
+def _session_settings(conn: psycopg.Connection, timeouts: dict[str, float | None]) -> None:
+    """Apply the timeouts given (None leaves the server's setting)."""
+    for name, seconds in timeouts.items():
+        if seconds is not None:
+            conn.execute("SELECT set_config(%s, %s, false)", (name, _milliseconds(name, seconds)))
+
+
 def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, autocommit: bool = False,
-            connect_timeout: int = 5, application_name: str = "runledger_beat") -> psycopg.Connection:
-    """Open a connection with dict rows and search_path set to ``schema``."""
+            connect_timeout: int = 5, application_name: str = "runledger_beat",
+            statement_timeout: float | None = None, lock_timeout: float | None = None,
+            idle_in_transaction_session_timeout: float | None = None) -> psycopg.Connection:
+    """Open a connection with dict rows, safe loaders, keepalives, timeouts and search_path set to ``schema``."""
     check_schema_name(schema)
-    conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row,
-                           connect_timeout=connect_timeout, application_name=application_name)
-    set_search_path(conn, schema)
-    conn.autocommit = autocommit
+    conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=connect_timeout,
+                           application_name=application_name, **_keepalives(dsn))
+    try:
+        register_safe_loaders(conn)
+        set_search_path(conn, schema)
+        _session_settings(conn, {"statement_timeout": statement_timeout, "lock_timeout": lock_timeout,
+                                 "idle_in_transaction_session_timeout": idle_in_transaction_session_timeout})
+        conn.autocommit = autocommit
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
-def set_search_path(conn: psycopg.Connection, schema: str) -> None:
-    """Point unqualified names at the runledger schema for this session."""
-    conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(check_schema_name(schema))))
+def set_search_path(conn: psycopg.Connection, schema: str, local: bool = False) -> None:
+    """Point unqualified names at the runledger schema (pg_catalog stays implicitly first; public is not searched)."""
+    statement = "SET LOCAL search_path TO {}, pg_temp" if local else "SET search_path TO {}, pg_temp"
+    conn.execute(sql.SQL(statement).format(sql.Identifier(check_schema_name(schema))))
+
+
+# ---------------------------------------------------------------------------
+# Migrations
 
 
 def migration_files() -> list[tuple[int, str, str]]:
@@ -91,21 +268,65 @@ def migration_files() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+def _value(row: Any, key: str) -> Any:
+    """A column of a dict or tuple row."""
+    return row[key] if isinstance(row, dict) else row[0]
+
+
+def _applied_versions(conn: psycopg.Connection, schema: str) -> set[int] | None:
+    """Versions recorded in the schema, or None when it has no migrations table. Plain reads: no DDL, no locks.
+
+    Runs inside a transaction the caller opened (its search_path is changed for that transaction only).
+    """
+    row = conn.execute(queries.schema_ready, {"table": f'"{schema}".schema_migrations'}).fetchone()
+    if not _value(row, "ready"):
+        return None
+    set_search_path(conn, schema, local=True)
+    return {_value(r, "version") for r in conn.execute(queries.applied_migrations).fetchall()}
+
+
+def _refuse_newer(applied: set[int] | None) -> None:
+    """ConfigError when the database holds a migration newer than this code ships."""
+    known = max((version for version, _, _ in migration_files()), default=0)
+    newest = max(applied or {0})
+    if newest > known:
+        raise ConfigError(f"runledger_schema: database is at migration {newest} but this runledger_beat knows up to "
+                          f"{known}; upgrade runledger_beat")
+
+
+def check_version(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> int | None:
+    """The schema's migration version (None: not migrated); ConfigError if newer than this code knows."""
+    check_schema_name(schema)
+    with conn.transaction():
+        applied = _applied_versions(conn, schema)
+    _refuse_newer(applied)
+    return max(applied) if applied else None
+
+
 def migrate(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> list[str]:
     """Apply the migrations not yet applied, under an advisory lock; return their names.
 
-    Safe to run from many processes at once; applying twice is a no-op.
+    Safe to run from many processes at once; applying twice is a no-op. When every
+    shipped migration is already applied it only reads (no DDL, no lock), so a role
+    without CREATE can run beat with runledger_auto_migrate on. A database newer
+    than this code raises ConfigError.
     """
     check_schema_name(schema)
+    shipped = migration_files()
+    with conn.transaction():
+        applied = _applied_versions(conn, schema)
+    _refuse_newer(applied)
+    if applied is not None and all(version in applied for version, _, _ in shipped):
+        return []
     applied_now: list[str] = []
     with conn.transaction():
         conn.execute(queries.migrate_lock, {"schema": schema})
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        conn.execute(sql.SQL("SET LOCAL search_path TO {}, public").format(sql.Identifier(schema)))
+        set_search_path(conn, schema, local=True)
         conn.execute(queries.create_migrations_table)
-        done = {row["version"] if isinstance(row, dict) else row[0]
-                for row in conn.execute(queries.applied_migrations).fetchall()}
-        for version, name, text in migration_files():
+        done = {_value(row, "version") for row in conn.execute(queries.applied_migrations).fetchall()}
+        _refuse_newer(done)
+        for version, name, text in shipped:
             if version in done:
                 continue
             conn.execute(text)
@@ -115,8 +336,12 @@ def migrate(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> list[str]
 
 
 def schema_ready(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> bool:
-    """Whether the runledger tables exist in ``schema`` (checked when auto-migrate is off)."""
+    """Whether the runledger tables exist in ``schema`` (checked when auto-migrate is off).
+
+    Raises ConfigError when the database is at a migration newer than this code knows.
+    """
+    check_version(conn, schema)
     row = conn.execute(queries.schema_ready, {"table": f'"{check_schema_name(schema)}".job_schedules'}).fetchone()
     if not conn.autocommit:
         conn.commit()
-    return bool(row["ready"] if isinstance(row, dict) else row[0])
+    return bool(_value(row, "ready"))

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .db import DEFAULT_SCHEMA, ConfigError, check_schema_name
+from .redaction import hide_dsn_settings
+
+# Mask runledger_dsn (any *DSN* setting) in `celery inspect conf`, Flower and app.conf.table(censored=True):
+# Celery's own pattern (celery.app.utils.HIDDEN_SETTINGS) covers PASS/SECRET/DATABASE... but not DSN.
+hide_dsn_settings()
 
 #: Longest lookahead accepted: a fire's schedule row stays locked that long before its instant.
 MAX_LOOKAHEAD = 60.0

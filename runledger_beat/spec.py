@@ -15,21 +15,26 @@ import unicodedata
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from .cron import ScheduleError, zone
 from .formats import parse_duration, parse_instant
 from .limits import (
     MAX_CRON_LEN,
+    MAX_INSTANT,
     MAX_JSON_DEPTH,
     MAX_NAME_LEN,
+    MAX_OPTION_STRING_LEN,
     MAX_SECONDS,
     MAX_TASK_LEN,
     MAX_TEMPLATE_BYTES,
     MAX_TZ_LEN,
+    MIN_INSTANT,
     OPTION_KEYS,
     PROTOCOL_HEADERS,
+    SECONDS_OPTIONS,
+    STRING_OPTIONS,
 )
 from .timeengine import Timing
 
@@ -38,8 +43,6 @@ SOURCES = ("api", "config")
 #: Columns whose change moves the cursor.
 TIMING_COLUMNS = ("kind", "cron_expr", "cron_day_and", "interval_seconds", "run_at", "timezone",
                   "max_jitter_seconds", "start_at", "end_at")
-_STRING_OPTIONS = ("queue", "routing_key", "exchange", "exchange_type")
-_SECONDS_OPTIONS = ("expires", "time_limit", "soft_time_limit")
 
 
 @dataclass(frozen=True)
@@ -126,8 +129,8 @@ class ScheduleSpec:
         return Timing(
             kind=kind, cron=cron, day_and=bool(self.day_and),
             every=check_seconds("every", self.every) if kind == "interval" else None,
-            at=parse_instant("at", self.at, tz), timezone=tz,
-            start=parse_instant("start", self.start, tz), end=parse_instant("end", self.end, tz),
+            at=check_instant("at", self.at, tz), timezone=tz,
+            start=check_instant("start", self.start, tz), end=check_instant("end", self.end, tz),
             max_jitter=self.max_jitter, misfire=self.misfire, grace=check_seconds("grace", self.grace),
         ).validate()
 
@@ -143,6 +146,14 @@ def check_text(field: str, value: Any, limit: int) -> str:
     if any(unicodedata.category(ch) == "Cc" for ch in value):
         raise ScheduleError(field, f"must not contain control characters: {value!r}")
     return value
+
+
+def check_instant(field: str, value: Any, tz: str) -> datetime | None:
+    """An aware instant (datetime or ISO text; naive means ``tz``) within MIN_INSTANT..MAX_INSTANT."""
+    instant = parse_instant(field, value, tz)
+    if instant is not None and not MIN_INSTANT <= instant < MAX_INSTANT:
+        raise ScheduleError(field, f"must be between {MIN_INSTANT:%Y-%m-%d} and {MAX_INSTANT:%Y-%m-%d}, got {value!r}")
+    return instant
 
 
 def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
@@ -234,9 +245,10 @@ def check_options(options: Any) -> dict[str, Any]:
 
 def _option(key: str, value: Any) -> Any:
     """One option's checked value."""
-    if key in _STRING_OPTIONS:
-        if not isinstance(value, str) or not value or len(value) > 255:
-            raise ScheduleError(key, f"must be a non-empty string of at most 255 characters, got {value!r}")
+    if key in STRING_OPTIONS:
+        if not isinstance(value, str) or not value or len(value) > MAX_OPTION_STRING_LEN:
+            raise ScheduleError(key, f"must be a non-empty string of at most {MAX_OPTION_STRING_LEN} characters, "
+                                f"got {value!r}")
         return value
     if key == "priority":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
@@ -248,6 +260,8 @@ def _option(key: str, value: Any) -> Any:
         return value
     if key == "headers":
         return _headers(value)
+    if key not in SECONDS_OPTIONS:
+        raise ScheduleError("options", f"unknown option {key!r}")
     seconds = check_seconds(key, value)
     if not seconds:
         raise ScheduleError(key, f"must be a positive number of seconds, got {value!r}")
