@@ -23,17 +23,29 @@ from typing import Any
 
 import psycopg
 
+from .db import is_out_of_range, is_unreadable
 from .fires import Fire
+from .limits import INSTANT_COLUMNS
 from .payload import merge_schedule_metadata, schedule_metadata
 from .schedule_row import timing_from_row
 from .store import Store
-from .timeengine import Advance, advance
+from .timeengine import Advance, ScheduleError, advance
 
 log = logging.getLogger("runledger_beat.materialize")
 
 FAILED_SCHEDULE_RETRY_DELAY_SECONDS = 30
 #: Fires less than this many seconds after the first cursor share its transaction.
 GROUP_WINDOW_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class FaultPolicy:
+    """How a failing schedule is retried: after ``delay`` s, doubled per failure up to ``max_delay``;
+    quarantined (never claimed again until resumed) at ``quarantine_after`` consecutive failures."""
+
+    delay: float = FAILED_SCHEDULE_RETRY_DELAY_SECONDS
+    max_delay: float = 3600.0
+    quarantine_after: int = 5
 
 
 class ClaimedScheduleMissing(Exception):
@@ -52,6 +64,7 @@ class _Plan:
     note: str | None = None
     ledger_id: uuid.UUID = field(default_factory=uuid.uuid4)
     payload: Any = None
+    payload_text: str = ""
 
 
 @dataclass
@@ -66,6 +79,18 @@ class PassResult:
     clock_offset: float | None = None  # database clock minus local wall clock (s), read at the claim
 
 
+def check_row(row: dict[str, Any]) -> None:
+    """Refuse values no valid schedule holds (written by raw SQL before the constraints), naming the column."""
+    for column in INSTANT_COLUMNS:
+        if is_out_of_range(row.get(column)):
+            raise ScheduleError(column, "not a finite date-time within year 1..9999")
+    for column in ("payload_template", "options"):
+        if is_unreadable(row.get(column)):
+            raise ScheduleError(column, str(row[column]))
+    if not isinstance(row.get("options") or {}, dict):
+        raise ScheduleError("options", "must be a JSON object")
+
+
 def _plan(row: dict[str, Any], shared: dict[tuple, Advance]) -> _Plan:
     """Decide one claimed schedule's fire and next cursor (pure; raises on a bad row).
 
@@ -73,6 +98,7 @@ def _plan(row: dict[str, Any], shared: dict[tuple, Advance]) -> _Plan:
     result does not depend on the schedule id: a burst of schedules sharing an
     expression and zone computes its next fire once.
     """
+    check_row(row)
     timing = timing_from_row(row)
     scheduled_for = row["next_fire_at"]
     if timing.max_jitter == 0:
@@ -89,6 +115,7 @@ def _plan(row: dict[str, Any], shared: dict[tuple, Advance]) -> _Plan:
     plan = _Plan(row=row, next_fire_at=step.next_fire_at, status=status, note=note)
     meta = schedule_metadata(row["id"], row["name"], scheduled_for)
     plan.payload = merge_schedule_metadata(row["payload_template"], meta)
+    plan.payload_text = json.dumps(plan.payload, allow_nan=False)
     return plan
 
 
@@ -107,7 +134,7 @@ def _write(store: Store, plans: list[_Plan]) -> set[uuid.UUID]:
     if recorded:
         inserted = store.insert_fires(
             [p.ledger_id for p in recorded], [p.row["id"] for p in recorded],
-            [p.row["next_fire_at"] for p in recorded], [json.dumps(p.payload) for p in recorded],
+            [p.row["next_fire_at"] for p in recorded], [p.payload_text for p in recorded],
             [p.status for p in recorded], [p.note for p in recorded])
     moved = store.advance_cursors([p.row["id"] for p in plans], [p.next_fire_at for p in plans],
                                   [p.status == "pending" for p in plans])
@@ -115,18 +142,28 @@ def _write(store: Store, plans: list[_Plan]) -> set[uuid.UUID]:
         ids = [p.row["id"] for p in plans]
         found = store.existing_schedules(ids)
         raise ClaimedScheduleMissing(next(i for i in ids if i not in found), "marking schedule as fired")
+    forgiven = [p.row["id"] for p in plans if p.row.get("failures")]
+    if forgiven:
+        store.clear_schedule_faults(forgiven)
     return inserted
 
 
-def _defer(store: Store, row: dict[str, Any], error: BaseException, delay: float) -> None:
-    log.warning("schedule materialization failed; deferring %ss: schedule_id=%s schedule_name=%s error=%s",
-                delay, row["id"], row["name"], error)
-    if not store.defer_schedule(row["id"], delay):
+def _defer(store: Store, row: dict[str, Any], error: BaseException, policy: FaultPolicy) -> None:
+    """Record the schedule's failure: retried later with back-off, quarantined after repeats (the row is untouched)."""
+    text = f"{type(error).__name__}: {error}" if not isinstance(error, ScheduleError) else str(error)
+    fault = store.record_schedule_fault(row["id"], text, policy.delay, policy.max_delay, policy.quarantine_after)
+    if fault is None:
         raise ClaimedScheduleMissing(row["id"], "deferring failed schedule")
+    if fault["quarantined_at"] is not None:
+        log.error("runledger: schedule %r (%s) quarantined after %d failures: %s; fix it and run "
+                  "`runledger-beat resume %s`", row.get("name"), row["id"], fault["failures"], text, row.get("name"))
+    else:
+        log.warning("runledger: schedule %r (%s) failed (%s); failure %d, retrying at %s", row.get("name"),
+                    row["id"], text, fault["failures"], fault["retry_at"])
 
 
 def materialize_claimed(store: Store, rows: list[dict[str, Any]],
-                        defer_seconds: float = FAILED_SCHEDULE_RETRY_DELAY_SECONDS) -> PassResult:
+                        policy: FaultPolicy = FaultPolicy()) -> PassResult:
     """Record fires and advance cursors for rows claimed in this transaction."""
     result = PassResult(claimed=len(rows), db_now=rows[0]["db_now"] if rows else None)
     plans: list[_Plan] = []
@@ -135,7 +172,7 @@ def materialize_claimed(store: Store, rows: list[dict[str, Any]],
         try:
             plans.append(_plan(row, shared))
         except Exception as exc:  # a corrupt row must never stop the others
-            _defer(store, row, exc, defer_seconds)
+            _defer(store, row, exc, policy)
             result.deferred += 1
     if not plans:
         return result
@@ -149,12 +186,12 @@ def materialize_claimed(store: Store, rows: list[dict[str, Any]],
         if isinstance(exc, psycopg.OperationalError):
             raise
         log.warning("batch write failed (%s); retrying schedule by schedule", exc)
-        result.fires = _write_one_by_one(store, plans, defer_seconds, result)
+        result.fires = _write_one_by_one(store, plans, policy, result)
     result.skipped = sum(1 for p in plans if p.status == "skipped")
     return result
 
 
-def _write_one_by_one(store: Store, plans: list[_Plan], defer_seconds: float, result: PassResult) -> list[Fire]:
+def _write_one_by_one(store: Store, plans: list[_Plan], policy: FaultPolicy, result: PassResult) -> list[Fire]:
     """A savepoint per schedule: a failing one is rolled back and deferred alone."""
     fires: list[Fire] = []
     for plan in plans:
@@ -167,7 +204,7 @@ def _write_one_by_one(store: Store, plans: list[_Plan], defer_seconds: float, re
         except psycopg.DatabaseError as exc:
             if isinstance(exc, psycopg.OperationalError):
                 raise
-            _defer(store, plan.row, exc, defer_seconds)
+            _defer(store, plan.row, exc, policy)
             result.deferred += 1
     return fires
 
@@ -200,20 +237,20 @@ def skip_overlapping(store: Store, fires: list[Fire]) -> set[uuid.UUID]:
 
 
 def record_pass(store: Store, batch_size: int, lookahead: float = 0.0, group_start: datetime | None = None,
-                defer_seconds: float = FAILED_SCHEDULE_RETRY_DELAY_SECONDS) -> PassResult:
+                policy: FaultPolicy = FaultPolicy()) -> PassResult:
     """Claim a batch and record its fires in the caller's open transaction (no commit)."""
     offset = clock_offset(store)
     rows = store.claim_due(batch_size, lookahead, group_start, GROUP_WINDOW_SECONDS)
-    result = materialize_claimed(store, rows, defer_seconds)
+    result = materialize_claimed(store, rows, policy)
     result.clock_offset = offset
     return result
 
 
 def run_pass(store: Store, batch_size: int,
-             defer_seconds: float = FAILED_SCHEDULE_RETRY_DELAY_SECONDS) -> PassResult:
+             policy: FaultPolicy = FaultPolicy()) -> PassResult:
     """One transaction: claim due schedules, record them, apply overlap skips, commit."""
     with store.conn.transaction():
-        result = record_pass(store, batch_size, 0.0, None, defer_seconds)
+        result = record_pass(store, batch_size, 0.0, None, policy)
         skipped = skip_overlapping(store, result.fires)
     if skipped:
         result.fires = [f for f in result.fires if f.id not in skipped]

@@ -43,7 +43,7 @@ from .backoff import Backoff
 from .db import connect, safe_error
 from .dispatch import Dispatcher
 from .fires import Fire, Outgoing
-from .materialize import record_pass, skip_overlapping
+from .materialize import FaultPolicy, record_pass, skip_overlapping
 from .settings import Settings
 from .store import Store
 
@@ -61,6 +61,14 @@ SWEEP_LIMIT = 1000
 WAKE_MARGIN = 0.002
 #: How soon to look again when due rows are locked by another beat.
 CONTENDED_RETRY = 0.05
+#: Seconds a statement may run, and a lock be waited for, on beat's connections.
+STATEMENT_TIMEOUT = 30.0
+LOCK_TIMEOUT = 5.0
+#: Idle seconds beyond the lookahead after which the server ends a frozen beat's open transaction (and its locks).
+IDLE_MARGIN = 5.0
+#: How long a fire may stay sent with no worker hook seen before beat warns, and how often it warns.
+HOOK_WARNING_AFTER = 600.0
+HOOK_WARNING_EVERY = 3600.0
 
 
 @dataclass
@@ -90,6 +98,8 @@ class FirePipeline:
         self._clock_offset = 0.0   # database clock minus local wall clock, in seconds
         self._contended = False    # the last claim found due rows all locked by other beats
         self._next_sweep = 0.0
+        self._next_hook_warning = 0.0
+        self.faults = FaultPolicy(delay=settings.defer_seconds, quarantine_after=settings.quarantine_after)
         self.db_backoff = Backoff("Postgres")
         self.broker_backoff = Backoff("broker")
 
@@ -109,8 +119,10 @@ class FirePipeline:
             return
         self.close_connections()
         dsn, schema = self.settings.dsn, self.settings.schema
-        self._claims = connect(dsn, schema, application_name="runledger_beat")
-        self._ledger = connect(dsn, schema, autocommit=True, application_name="runledger_beat.ledger")
+        timeouts = {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT,
+                    "idle_in_transaction_session_timeout": self.settings.lookahead + IDLE_MARGIN}
+        self._claims = connect(dsn, schema, application_name="runledger_beat", **timeouts)
+        self._ledger = connect(dsn, schema, autocommit=True, application_name="runledger_beat.ledger", **timeouts)
 
     @property
     def connected(self) -> bool:
@@ -155,7 +167,7 @@ class FirePipeline:
                 self._commit_prepared()
             self._record()
             self._settle(wait=True)  # every confirm in before beat sleeps
-            if time.monotonic() >= self._next_sweep:
+            if time.monotonic() >= self._next_sweep and not self._commit_imminent():
                 self._sweep()
             due = None if self.prepared is not None else self.ledger.seconds_until_due(self.settings.lookahead)
             self.db_backoff.succeeded()
@@ -183,8 +195,7 @@ class FirePipeline:
         lookahead = self.settings.lookahead
         if prepared is None and lookahead > 0 and not claims.try_prepare_lock():
             lookahead = 0.0  # another beat is preparing an instant: take only what is due
-        result = record_pass(claims, batch, lookahead, prepared.start if prepared else None,
-                             self.settings.defer_seconds)
+        result = record_pass(claims, batch, lookahead, prepared.start if prepared else None, self.faults)
         if result.clock_offset is not None:
             self._clock_offset = result.clock_offset
         if prepared is None:
@@ -196,6 +207,10 @@ class FirePipeline:
         elif time.time() >= self.prepared.commit_at:
             self._commit_prepared()
         return result.claimed
+
+    def _commit_imminent(self) -> bool:
+        """Whether the prepared group commits within 100 ms (bookkeeping waits until after it)."""
+        return self.prepared is not None and self.prepared.commit_at - time.time() < 0.1
 
     def _add_prepared(self, fires: list[Fire]) -> None:
         outgoing = self.dispatcher.prepare(fires, encode=not self.broker_backoff.failing)
@@ -310,16 +325,19 @@ class FirePipeline:
         A fire the broker refused on its own (a bad exchange, say) is left to the
         recovery sweep, so it cannot hold up the others.
         """
+        ids = [f.id for f in fires]
         if backlog:
             for fire in fires:
                 if len(self._backlog) < MAX_BACKLOG:
                     self._backlog[fire.id] = fire
-        else:
-            for fire in fires:
-                self._backlog.pop(fire.id, None)
-            log.warning("runledger: publishing %d fire(s) failed (%s); the recovery sweep will retry",
-                        len(fires), error)
-        self.ledger.mark_publish_failed([f.id for f in fires], error)
+            self.ledger.note_publish_outage(ids, error)
+            return
+        for fire in fires:
+            self._backlog.pop(fire.id, None)
+        dead = self.ledger.mark_publish_failed(ids, error, self.settings.max_publish_attempts)
+        log.warning("runledger: publishing %d fire(s) failed (%s); %s", len(fires), error,
+                    f"{len(dead)} reached {self.settings.max_publish_attempts} attempts and are marked failed"
+                    if dead else "the recovery sweep will retry")
 
     def _publish_backlog(self) -> None:
         if self._backlog and not self.broker_backoff.active:
@@ -328,9 +346,16 @@ class FirePipeline:
     def _sweep(self) -> None:
         """Republish ledger rows left pending past the grace (a crashed beat, a failed publish); mark lost runs."""
         self._next_sweep = time.monotonic() + max(1.0, min(self.settings.recovery_grace / 2, 10.0))
-        lost = self.ledger.mark_lost_runs(self.settings.lost_after)
+        ledger = self.ledger
+        lost = ledger.mark_lost_runs(self.settings.lost_after)
         if lost:
             log.warning("runledger: marked %d run(s) lost (started, never finished)", len(lost))
+        resolved = ledger.resolve_stale_sent(self.settings.lost_after)
+        if resolved:
+            expired = sum(1 for r in resolved if r["status"] == "expired")
+            log.warning("runledger: %d sent fire(s) expired before a worker took them, %d never started (lost)",
+                        expired, len(resolved) - expired)
+        self._warn_without_hook(ledger)
         if self.broker_backoff.active:
             return
         waiting = {item.fire.id for _, _, item in self._held}
@@ -340,6 +365,17 @@ class FirePipeline:
             if fires:
                 log.info("runledger: recovery sweep republishing %d fire(s)", len(fires))
                 self._publish([Outgoing(f) for f in fires])
+
+    def _warn_without_hook(self, ledger: Store) -> None:
+        """Warn (hourly) when sent fires stay unstarted and no worker runs the ledger hook."""
+        if time.monotonic() < self._next_hook_warning:
+            return
+        self._next_hook_warning = time.monotonic() + HOOK_WARNING_EVERY
+        waiting = ledger.unresolved_sent_without_hook(HOOK_WARNING_AFTER)
+        if waiting:
+            log.warning("runledger: %d fire(s) were sent over %.0f s ago and no worker has reported the ledger hook "
+                        "within the hour; add runledger_beat.install(app) to the workers' Celery app so the ledger "
+                        "follows runs (until then their status stays 'sent')", waiting, HOOK_WARNING_AFTER)
 
     # -- shutdown ------------------------------------------------------------------------
 

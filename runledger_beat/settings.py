@@ -8,6 +8,7 @@ exits with that one line.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,8 @@ _DEFAULTS: dict[str, Any] = {
     "runledger_send_sent_events": None,  # None: follow Celery's task_send_sent_event
     "runledger_import_beat_schedule": True,
     "runledger_lost_after": 3600.0,
+    "runledger_quarantine_after": 5,
+    "runledger_max_publish_attempts": 10,
 }
 
 
@@ -55,6 +58,8 @@ class Settings:
     send_sent_events: bool
     import_beat_schedule: bool
     lost_after: float
+    quarantine_after: int = 5
+    max_publish_attempts: int = 10
 
 
 def _get(conf: Any, key: str) -> Any:
@@ -68,8 +73,10 @@ def _number(conf: Any, key: str, kind: type, minimum: float) -> Any:
     value = _get(conf, key)
     try:
         number = kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
     if number < minimum:
         raise ConfigError(f"{key}: must be at least {minimum}, got {value!r}")
     return number
@@ -108,11 +115,13 @@ def load(conf: Any) -> Settings:
         auto_migrate=bool(_get(conf, "runledger_auto_migrate")),
         listen=bool(_get(conf, "runledger_listen")),
         poll_interval=_number(conf, "runledger_poll_interval", float, 0.05),
-        recovery_grace=_number(conf, "runledger_recovery_grace", float, 0),
-        defer_seconds=_number(conf, "runledger_defer_seconds", float, 0),
+        recovery_grace=_number(conf, "runledger_recovery_grace", float, 1),
+        defer_seconds=_number(conf, "runledger_defer_seconds", float, 1),
         lookahead=_lookahead(conf),
         fast_publish=bool(_get(conf, "runledger_fast_publish")),
         send_sent_events=bool(_sent_events(conf)),
         import_beat_schedule=bool(_get(conf, "runledger_import_beat_schedule")),
         lost_after=_number(conf, "runledger_lost_after", float, 1),
+        quarantine_after=_number(conf, "runledger_quarantine_after", int, 1),
+        max_publish_attempts=_number(conf, "runledger_max_publish_attempts", int, 1),
     )

@@ -72,9 +72,21 @@ class Store:
         """Which of these schedule ids still exist."""
         return {r["id"] for r in self._all(queries.existing_schedules, {"ids": list(ids)})}
 
-    def defer_schedule(self, schedule_id: uuid.UUID, delay: float) -> bool:
-        """Push a schedule that failed to materialize ``delay`` seconds out; False if it is gone."""
-        return self.conn.execute(queries.defer_schedule, {"id": schedule_id, "delay": delay}).rowcount > 0
+    def record_schedule_fault(self, schedule_id: uuid.UUID, error: str, delay: float, max_delay: float,
+                              quarantine_after: int) -> dict | None:
+        """Count a schedule's failure (retry after a doubling delay, quarantine at ``quarantine_after``);
+        returns {failures, retry_at, quarantined_at}, None if the schedule is gone."""
+        return self._one(queries.record_schedule_fault, {
+            "id": schedule_id, "error": error[:1000], "delay": float(delay), "max_delay": float(max_delay),
+            "quarantine_after": int(quarantine_after)})
+
+    def clear_schedule_faults(self, schedule_ids: Sequence[uuid.UUID]) -> None:
+        """Forget the failures of schedules that fired or were resumed."""
+        self.conn.execute(queries.clear_schedule_faults, {"ids": list(schedule_ids)})
+
+    def quarantined_count(self) -> int:
+        """How many schedules are quarantined."""
+        return int(self._one(queries.quarantined_count)["n"])
 
     def skip_overlapping(self, fire_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         """Mark skipped the fires whose schedule still has a live run; returns their ids."""
@@ -90,13 +102,27 @@ class Store:
         """Fires the broker confirmed."""
         self.conn.execute(queries.mark_sent, {"ids": list(fire_ids)})
 
-    def mark_publish_failed(self, fire_ids: Sequence[uuid.UUID], error: str) -> None:
-        """Count a failed publish; the rows stay pending for the sweep."""
-        self.conn.execute(queries.mark_publish_failed, {"ids": list(fire_ids), "error": error[:1000]})
+    def mark_publish_failed(self, fire_ids: Sequence[uuid.UUID], error: str, max_attempts: int) -> list[uuid.UUID]:
+        """Count a refused publish (pending for the sweep, failed at ``max_attempts``); returns dead-lettered ids."""
+        rows = self._all(queries.mark_publish_failed,
+                         {"ids": list(fire_ids), "error": error[:1000], "max_attempts": int(max_attempts)})
+        return [r["id"] for r in rows if r["status"] == "failed"]
+
+    def note_publish_outage(self, fire_ids: Sequence[uuid.UUID], error: str) -> None:
+        """Keep why these fires wait (the broker is away); no attempt is counted."""
+        self.conn.execute(queries.note_publish_outage, {"ids": list(fire_ids), "error": error[:1000]})
 
     def claim_pending(self, grace: float, limit: int) -> list[dict]:
         """Lock ledger rows left unpublished past the grace (manual triggers at once), for one sweeper."""
         return self._all(queries.claim_pending_jobs, {"grace": grace, "limit": limit})
+
+    def resolve_stale_sent(self, lost_after: float) -> list[dict]:
+        """Sent fires past their expiry become expired, those never started (when a hooked worker runs) lost."""
+        return self._all(queries.resolve_stale_sent, {"lost_after": float(lost_after)})
+
+    def unresolved_sent_without_hook(self, older_than: float) -> int:
+        """Sent fires older than ``older_than`` s nobody started, when no hooked worker reported within the hour."""
+        return int(self._one(queries.unresolved_sent_without_hook, {"older_than": float(older_than)})["n"])
 
     def mark_lost_runs(self, default_bound: float) -> list[uuid.UUID]:
         """Started runs older than their time limit (else ``default_bound`` s) become lost; returns their ids."""
@@ -107,6 +133,10 @@ class Store:
     def start_run(self, job_id: str, worker: str | None, retries: int) -> bool:
         """Move a not-yet-started ledger row to started (the duplicate guard); False if it was not."""
         return self._one(queries.worker_claim_job, {"id": job_id, "worker": worker, "retries": retries}) is not None
+
+    def worker_seen(self, hostname: str, pid: int) -> None:
+        """A worker with the ledger hook reports itself."""
+        self.conn.execute(queries.worker_seen, {"hostname": hostname, "pid": pid})
 
     def count_duplicate(self, job_id: str) -> str | None:
         """Count a delivery of a run already started or finished; its status, None when there is no row."""

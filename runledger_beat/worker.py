@@ -23,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +39,8 @@ from .store import Store
 log = logging.getLogger("runledger_beat.worker")
 
 ERROR_LIMIT = 1000
+#: Seconds between a worker process's reports that it runs the hook (runledger.workers).
+REPORT_EVERY = 60.0
 _WRAPPED = "_runledger_wrapped"
 _DUPLICATE = "_runledger_duplicate"
 
@@ -50,6 +54,7 @@ class _Ledger:
         self.pid = os.getpid()
         self.lock = threading.Lock()
         self._inherited: list[Any] = []  # connections of the parent, never closed here
+        self._next_report = 0.0
 
     def reset_after_fork(self) -> None:
         # The parent's socket must not be closed (that would end its session), so keep
@@ -58,6 +63,7 @@ class _Ledger:
             self._inherited.append(self.conn)
         self.conn = None
         self.pid = os.getpid()
+        self._next_report = 0.0
 
     def _connection(self) -> psycopg.Connection | None:
         if self.pid != os.getpid():
@@ -80,7 +86,11 @@ class _Ledger:
                 conn = self._connection()
                 if conn is None:
                     return None
-                return step(Store(conn))
+                store = Store(conn)
+                if time.monotonic() >= self._next_report:
+                    store.worker_seen(f"{socket.gethostname()}/{os.getpid()}", os.getpid())
+                    self._next_report = time.monotonic() + REPORT_EVERY
+                return step(store)
             except Exception as exc:
                 log.warning("runledger: ledger update failed (the task is unaffected): %s",
                             safe_error(exc, dsn_from(self.app.conf)))
@@ -192,9 +202,10 @@ class _Hooks:
         _wrap_all(self.app, self.ledger)
 
     def process_init(self, sender: Any = None, **_: Any) -> None:
-        """In each pool process: forget the parent's connection; guard tasks registered late."""
+        """In each pool process: forget the parent's connection, report the hook, guard tasks registered late."""
         from celery.app.trace import build_tracer
         self.ledger.reset_after_fork()
+        _update(self.ledger, lambda store: None)  # opens the connection, which reports this process
         for name, task in list(self.app.tasks.items()):
             current = type(task).__dict__.get("__call__")
             if name.startswith("celery.") or (current is not None and getattr(current, _WRAPPED, False)):

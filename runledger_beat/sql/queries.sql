@@ -36,23 +36,31 @@ SELECT set_config('runledger.internal', 'on', true), clock_timestamp() AS db_clo
 SELECT pg_try_advisory_xact_lock(hashtextextended('runledger_beat.prepare.' || current_schema(), 0)) AS ok;
 
 -- claim_due_schedules --
--- Lock up to %(limit)s schedules due by the horizon (database clock), oldest first; rows another beat holds are skipped.
+-- Lock up to %(limit)s schedules due by the horizon (database clock), oldest first; rows another beat holds are skipped,
+-- and so are faulted schedules until their retry (quarantined ones for good).
 -- The horizon is the statement time plus %(lookahead)s seconds, cut to %(group_window)s seconds after the first
--- pending instant (%(group_start)s, else the earliest active cursor), so one transaction prepares one instant.
+-- pending instant (%(group_start)s, else the earliest claimable cursor), so one transaction prepares one instant.
 -- Rows already due are always taken. Statement time, not now(): the transaction may have begun earlier.
 SELECT s.id, s.name, s.job_type, s.organization_id, s.payload_template, s.kind,
        s.cron_expr, s.cron_day_and, s.interval_seconds, s.run_at, s.anchor_at,
        s.timezone, s.next_fire_at, s.max_jitter_seconds, s.options,
        s.misfire_policy, s.misfire_grace_seconds, s.overlap_policy,
-       s.start_at, s.end_at,
+       s.start_at, s.end_at, s.last_fired_at, coalesce(q.failures, 0) AS failures,
        statement_timestamp() AS db_now
   FROM job_schedules s
+  LEFT JOIN schedule_faults q ON q.schedule_id = s.id
  WHERE s.is_active
+   AND (q.schedule_id IS NULL OR (q.quarantined_at IS NULL AND q.retry_at <= statement_timestamp()))
    AND s.next_fire_at <= least(
          statement_timestamp() + make_interval(secs => %(lookahead)s),
          greatest(statement_timestamp(),
                   coalesce(%(group_start)s::timestamptz,
-                           (SELECT min(f.next_fire_at) FROM job_schedules f WHERE f.is_active))
+                           (SELECT min(f.next_fire_at) FROM job_schedules f
+                             WHERE f.is_active
+                               AND NOT EXISTS (SELECT 1 FROM schedule_faults g
+                                                WHERE g.schedule_id = f.id
+                                                  AND (g.quarantined_at IS NOT NULL
+                                                       OR g.retry_at > statement_timestamp()))))
                   + make_interval(secs => %(group_window)s)))
  ORDER BY s.next_fire_at
  LIMIT %(limit)s
@@ -100,21 +108,43 @@ UPDATE jobs f
    AND EXISTS (SELECT 1 FROM jobs p
                 WHERE p.schedule_id = f.schedule_id AND p.id <> f.id
                   AND (p.stage = 'manual' OR p.scheduled_for < f.scheduled_for)
-                  AND p.status IN ('pending', 'sent', 'received', 'started', 'retry'))
+                  AND p.status IN ('pending', 'sent', 'received', 'started', 'retry'))  -- jobs_live_idx
 RETURNING f.id;
 
--- defer_schedule --
--- Push a schedule that failed to materialize out of the due window.
-UPDATE job_schedules
-   SET next_fire_at = statement_timestamp() + make_interval(secs => %(delay)s),
-       updated_at = statement_timestamp()
- WHERE id = %(id)s;
+-- record_schedule_fault --
+-- A schedule failed to be read, planned or recorded: count it, keep the error, retry after %(delay)s s doubled per
+-- earlier failure (at most %(max_delay)s s); quarantine it at %(quarantine_after)s failures. The schedule row is not written.
+INSERT INTO schedule_faults AS q (schedule_id, failures, last_error, failed_at, retry_at, quarantined_at)
+SELECT s.id, 1, %(error)s, statement_timestamp(), statement_timestamp() + make_interval(secs => %(delay)s),
+       CASE WHEN %(quarantine_after)s <= 1 THEN statement_timestamp() END
+  FROM job_schedules s WHERE s.id = %(id)s
+ON CONFLICT (schedule_id) DO UPDATE
+   SET failures = q.failures + 1, last_error = excluded.last_error, failed_at = excluded.failed_at,
+       retry_at = statement_timestamp()
+                  + make_interval(secs => least(%(delay)s * power(2, q.failures), %(max_delay)s)),
+       quarantined_at = CASE WHEN q.failures + 1 >= %(quarantine_after)s THEN statement_timestamp() END
+RETURNING failures, retry_at, quarantined_at;
+
+-- clear_schedule_faults --
+-- These schedules fired (or were resumed): their failures are forgiven.
+DELETE FROM schedule_faults WHERE schedule_id = ANY(%(ids)b::uuid[]);
+
+-- quarantined_count --
+-- How many schedules are quarantined.
+SELECT count(*) AS n FROM schedule_faults WHERE quarantined_at IS NOT NULL;
 
 -- next_due_in --
--- Seconds from the database clock until the earliest active cursor is %(lookahead)s seconds away (NULL when none).
-SELECT extract(epoch FROM (min(next_fire_at) - statement_timestamp()))::float8 - %(lookahead)s::float8 AS seconds
-  FROM job_schedules
- WHERE is_active;
+-- Seconds from the database clock until the earliest claimable cursor is %(lookahead)s seconds away, or until a faulted
+-- schedule's retry (NULL when neither).
+SELECT extract(epoch FROM (least(
+         (SELECT min(s.next_fire_at) FROM job_schedules s
+           WHERE s.is_active
+             AND NOT EXISTS (SELECT 1 FROM schedule_faults q
+                              WHERE q.schedule_id = s.id
+                                AND (q.quarantined_at IS NOT NULL OR q.retry_at > statement_timestamp()))),
+         (SELECT min(q.retry_at) + make_interval(secs => %(lookahead)s) FROM schedule_faults q
+           WHERE q.quarantined_at IS NULL AND q.retry_at > statement_timestamp()))
+       - statement_timestamp()))::float8 - %(lookahead)s::float8 AS seconds;
 
 -- mark_sent --
 -- Fires handed to the broker; a row a worker already moved on is left alone.
@@ -124,29 +154,75 @@ UPDATE jobs
  WHERE id = ANY(%(ids)b::uuid[]) AND status = 'pending';
 
 -- mark_publish_failed --
--- Count a failed publish and keep its error; the row stays pending for the sweep.
+-- The broker refused these fires or their message could not be built: count the attempt and keep the error; the row
+-- stays pending for the sweep, or becomes failed (dead-lettered) at %(max_attempts)s attempts.
 UPDATE jobs
-   SET dispatch_attempts = dispatch_attempts + 1, last_error = %(error)s
+   SET dispatch_attempts = dispatch_attempts + 1, last_error = %(error)s, last_attempt_at = statement_timestamp(),
+       status = CASE WHEN dispatch_attempts + 1 >= %(max_attempts)s THEN 'failed' ELSE status END,
+       finished_at = CASE WHEN dispatch_attempts + 1 >= %(max_attempts)s THEN statement_timestamp() END
+ WHERE id = ANY(%(ids)b::uuid[]) AND status = 'pending'
+RETURNING id, status;
+
+-- note_publish_outage --
+-- The broker was unreachable for these fires: keep the reason, count no attempt (an outage never dead-letters a fire).
+UPDATE jobs
+   SET last_error = %(error)s
  WHERE id = ANY(%(ids)b::uuid[]) AND status = 'pending';
 
 -- claim_pending_jobs --
 -- Ledger rows still unpublished past the grace after their instant (manual triggers at once), locked for one sweeper.
+-- A fire whose publish failed waits %(grace)s s doubled per attempt (at most an hour); fewest attempts first, so
+-- fires that keep failing never starve newer ones.
 SELECT id, job_type, payload, options, schedule_id, schedule_name, scheduled_for
   FROM jobs
  WHERE status = 'pending'
    AND (stage = 'manual'
         OR greatest(created_at, scheduled_for) < statement_timestamp() - make_interval(secs => %(grace)s))
- ORDER BY created_at
+   AND (last_attempt_at IS NULL
+        OR last_attempt_at < statement_timestamp()
+                             - make_interval(secs => least(%(grace)s * power(2, dispatch_attempts - 1), 3600)))
+ ORDER BY dispatch_attempts, created_at
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
+
+-- resolve_stale_sent --
+-- Sent fires that will never start: past their message's expiry (counted from the instant) they are expired; when a
+-- worker with the ledger hook reported within the hour, a fire sent more than %(lost_after)s s ago without a start is
+-- lost. Either way the schedule's overlap policy stops waiting for it.
+UPDATE jobs
+   SET status = CASE WHEN expired THEN 'expired' ELSE 'lost' END, finished_at = statement_timestamp(),
+       last_error = coalesce(last_error, CASE WHEN expired THEN 'runledger: message expired before a worker took it'
+                                              ELSE 'runledger: sent but never started; marked lost' END)
+  FROM (SELECT j.id AS jid,
+               coalesce(j.options->>'expires' ~ '^[0-9]+(\.[0-9]+)?$'
+                        AND coalesce(j.scheduled_for, j.sent_at)
+                            + make_interval(secs => (j.options->>'expires')::float8) < statement_timestamp(),
+                        false) AS expired
+          FROM jobs j
+         WHERE j.status = 'sent') c
+ WHERE jobs.id = c.jid AND jobs.status = 'sent'
+   AND (c.expired
+        OR (jobs.sent_at < statement_timestamp() - make_interval(secs => %(lost_after)s)
+            AND EXISTS (SELECT 1 FROM workers w WHERE w.seen_at > statement_timestamp() - interval '1 hour')))
+RETURNING jobs.id, jobs.status;
+
+-- unresolved_sent_without_hook --
+-- Fires sent more than %(older_than)s s ago that no worker started, when no worker with the ledger hook reported
+-- within the hour (beat warns: install runledger_beat.install(app) in the workers).
+SELECT count(*) AS n
+  FROM jobs
+ WHERE status = 'sent' AND sent_at < statement_timestamp() - make_interval(secs => %(older_than)s)
+   AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.seen_at > statement_timestamp() - interval '1 hour');
 
 -- api_db_now --
 -- The database clock, which judges due-ness; API cursors are computed from it.
 SELECT now() AS now;
 
 -- api_get_schedule --
--- One schedule by name.
-SELECT * FROM job_schedules WHERE name = %(name)s;
+-- One schedule by name, with its fault record if any.
+SELECT s.*, q.failures, q.last_error, q.retry_at, q.quarantined_at
+  FROM job_schedules s LEFT JOIN schedule_faults q ON q.schedule_id = s.id
+ WHERE s.name = %(name)s;
 
 -- api_lock_schedule --
 -- One schedule by name, locked for a read-modify-write.
@@ -182,12 +258,13 @@ UPDATE job_schedules
 RETURNING *;
 
 -- api_list_schedules --
--- Schedules by name, optionally filtered by task, organization and active flag.
-SELECT * FROM job_schedules
- WHERE (%(task)s::text IS NULL OR job_type = %(task)s::text)
-   AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s::uuid)
-   AND (%(active)s::boolean IS NULL OR is_active = %(active)s::boolean)
- ORDER BY name;
+-- Schedules by name with their fault records, optionally filtered by task, organization and active flag.
+SELECT s.*, q.failures, q.last_error, q.retry_at, q.quarantined_at
+  FROM job_schedules s LEFT JOIN schedule_faults q ON q.schedule_id = s.id
+ WHERE (%(task)s::text IS NULL OR s.job_type = %(task)s::text)
+   AND (%(organization_id)s::uuid IS NULL OR s.organization_id = %(organization_id)s::uuid)
+   AND (%(active)s::boolean IS NULL OR s.is_active = %(active)s::boolean)
+ ORDER BY s.name;
 
 -- api_set_active --
 -- Pause or resume a schedule, setting its cursor.
@@ -232,12 +309,19 @@ UPDATE job_schedules
 RETURNING name;
 
 -- worker_claim_job --
--- A worker starts a run: atomically move a not-yet-started ledger row to started (the duplicate guard).
+-- A worker starts a run: atomically move a not-yet-started ledger row to started (the duplicate guard). A row marked
+-- lost while its message waited in a long queue starts all the same.
 UPDATE jobs
    SET status = 'started', started_at = now(), worker = %(worker)s,
        retries = GREATEST(retries, %(retries)s), finished_at = NULL
- WHERE id = %(id)s AND status IN ('pending', 'sent', 'retry')
+ WHERE id = %(id)s
+   AND (status IN ('pending', 'sent', 'retry') OR (status = 'lost' AND started_at IS NULL))
 RETURNING id;
+
+-- worker_seen --
+-- A worker with the ledger hook reports itself (at start, then at most once a minute).
+INSERT INTO workers (hostname, pid, seen_at) VALUES (%(hostname)s, %(pid)s, now())
+ON CONFLICT (hostname) DO UPDATE SET pid = excluded.pid, seen_at = excluded.seen_at;
 
 -- worker_count_duplicate --
 -- A delivery of a run already started or finished: count it; no row returned means no ledger row.

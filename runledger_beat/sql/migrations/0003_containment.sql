@@ -1,0 +1,33 @@
+-- 0003: faults contained per schedule and per fire, and the ledger's live rows indexed.
+-- Runs with search_path set to the runledger schema; names are unqualified.
+
+-- A schedule that failed to be read, planned or recorded. Beat never writes the schedule row
+-- for a fault (an old row may break 0002's constraints, so any UPDATE of it would fail):
+-- the claim skips a schedule until retry_at, and for good once quarantined. A fire of the
+-- schedule, or `runledger-beat resume`, deletes the row.
+CREATE TABLE schedule_faults (
+    schedule_id    uuid PRIMARY KEY REFERENCES job_schedules (id) ON DELETE CASCADE,
+    failures       integer NOT NULL DEFAULT 1,
+    last_error     text NOT NULL,
+    failed_at      timestamptz NOT NULL DEFAULT now(),
+    retry_at       timestamptz NOT NULL,
+    quarantined_at timestamptz
+);
+CREATE INDEX schedule_faults_retry_idx ON schedule_faults (retry_at) WHERE quarantined_at IS NULL;
+
+-- When a fire's publish last failed (the outbox backs off per fire from it).
+ALTER TABLE jobs ADD COLUMN last_attempt_at timestamptz;
+
+-- Workers running the ledger hook report themselves, so beat knows a `sent` row that never
+-- started is lost rather than waiting for a worker without the hook.
+CREATE TABLE workers (
+    hostname text PRIMARY KEY,
+    pid      integer,
+    seen_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- Everything beat does between instants reads live rows only.
+CREATE INDEX jobs_live_idx ON jobs (schedule_id, scheduled_for)
+    WHERE status IN ('pending', 'sent', 'received', 'started', 'retry');
+CREATE INDEX jobs_started_idx ON jobs (started_at) WHERE status = 'started';
+CREATE INDEX jobs_sent_idx ON jobs (sent_at) WHERE status = 'sent';
