@@ -95,9 +95,16 @@ class UnreadableJson:
     def __bool__(self) -> bool:
         return False
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, UnreadableJson)
 
-#: The generic sentinel (``is_unreadable`` also accepts the per-value ones carrying a reason).
-UNREADABLE_JSON = UnreadableJson("nested deeper than Python's recursion limit, or not valid JSON")
+    def __hash__(self) -> int:
+        return hash(UnreadableJson)
+
+
+#: What a json/jsonb value nested deeper than Python's recursion limit loads as. Invalid JSON text (only
+#: possible for ``json``) loads as another UnreadableJson naming the error; all compare equal to this one.
+UNREADABLE_JSON = UnreadableJson("nested deeper than Python's recursion limit")
 
 
 def is_unreadable(value: Any) -> bool:
@@ -176,7 +183,7 @@ def _safe_json(base: type) -> type:
         try:
             return base.load(self, data)
         except RecursionError:
-            return UnreadableJson("nested deeper than Python's recursion limit")
+            return UNREADABLE_JSON
         except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError
             return UnreadableJson(f"not valid JSON ({type(exc).__name__})")
 

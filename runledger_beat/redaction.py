@@ -84,9 +84,8 @@ def _secrets(dsn: str) -> list[str]:
     try:
         import psycopg
 
-        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
-        if password:
-            forms.add(str(password))
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+        forms.update(str(params[key]) for key in ("password", "sslpassword") if params.get(key))
     except Exception:  # noqa: BLE001 - unparsable DSNs are handled lexically above
         pass
     return sorted((f for f in forms if f), key=len, reverse=True)
