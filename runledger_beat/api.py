@@ -14,7 +14,12 @@ Schedules come back as plain dicts::
     {"id", "name", "task", "organization_id", "kind", "cron", "day_and", "every",
      "at", "timezone", "args", "kwargs", "options", "max_jitter", "misfire",
      "grace", "overlap", "start", "end", "active", "source", "anchor_at",
-     "next_fire_at", "last_fired_at", "created_at", "updated_at"}
+     "next_fire_at", "last_fired_at", "created_at", "updated_at",
+     "failures", "last_error", "retry_at", "quarantined_at"}
+
+The last four describe a schedule beat could not fire (a bad row written by raw
+SQL): its consecutive failures, the last error, when it is retried, and when it
+was quarantined (it then never fires until ``resume``).
 
 (datetimes are aware ``datetime`` objects, ids are strings). The cursor
 ``next_fire_at`` is recomputed (from the database clock, with
@@ -30,6 +35,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
+
+import psycopg
 
 from .db import DEFAULT_SCHEMA, connect
 from .limits import OPTION_KEYS
@@ -52,7 +59,21 @@ _UNSET: Any = object()
 
 @contextmanager
 def _session(conn_or_dsn: Any, schema: str, write: bool = True) -> Iterator[Store]:
-    """The store to use; a DSN gets its own connection, committed on success."""
+    """The store to use; a DSN gets its own connection, committed on success. A write the database's
+    constraints refuse becomes a ScheduleError naming the field."""
+    try:
+        with _store(conn_or_dsn, schema, write) as store:
+            yield store
+    except psycopg.errors.CheckViolation as exc:
+        name = exc.diag.constraint_name or "a constraint"
+        field = name.removeprefix("job_schedules_").removeprefix("jobs_")
+        for suffix in ("_in_range", "_valid", "_length", "_printable"):
+            field = field.removesuffix(suffix)
+        raise ScheduleError(field, f"refused by the database (constraint {name}); correct the field") from None
+
+
+@contextmanager
+def _store(conn_or_dsn: Any, schema: str, write: bool) -> Iterator[Store]:
     if isinstance(conn_or_dsn, str):
         conn = connect(conn_or_dsn, schema, autocommit=False)
         try:
@@ -244,9 +265,10 @@ def pause(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict:
 
 
 def resume(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict:
-    """Start a paused schedule again from now: missed fires are not caught up."""
+    """Start a paused (or quarantined) schedule again from now: missed fires are not caught up, failures forgiven."""
     with _session(conn_or_dsn, schema) as store:
         row = _require(store, name, lock=True)
+        store.clear_schedule_faults([row["id"]])
         nxt = _cursor(row, store.db_now())
         row = store.set_active(row["id"], nxt is not None, nxt)
     return public(row)
@@ -307,7 +329,9 @@ def public(row: Mapping[str, Any]) -> dict:
     out["day_and"] = bool(row.get("cron_day_and"))
     out.update({"anchor_at": row.get("anchor_at"), "next_fire_at": row.get("next_fire_at"),
                 "last_fired_at": row.get("last_fired_at"), "created_at": row.get("created_at"),
-                "updated_at": row.get("updated_at")})
+                "updated_at": row.get("updated_at"), "failures": row.get("failures") or 0,
+                "last_error": row.get("last_error"), "retry_at": row.get("retry_at"),
+                "quarantined_at": row.get("quarantined_at")})
     return out
 
 

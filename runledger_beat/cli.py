@@ -71,6 +71,10 @@ def _line(s: dict) -> str:
     when = s["cron"] or (f"every {s['every']:g}s" if s["every"] is not None else f"at {s['at']}")
     nxt = format_rfc3339(s["next_fire_at"]) if s["next_fire_at"] else "-"
     state = "active" if s["active"] else "paused"
+    if s.get("quarantined_at"):
+        state = f"QUARANTINED ({s.get('last_error')})"
+    elif s.get("failures"):
+        state += f", failing ({s['failures']}x: {s.get('last_error')})"
     return f"{s['name']}\t{s['task']}\t{when}\t{s['timezone']}\t{state}\tnext={nxt}"
 
 

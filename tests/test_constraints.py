@@ -176,7 +176,7 @@ def test_existing_bad_rows_do_not_stop_the_migration(pg_dsn, old_schema):
     conn.execute("INSERT INTO jobs (id, job_type, payload, status) VALUES (%s, 'rl.record', '{}', 'weird')",
                  (uuid.uuid4(),))
     with connect(pg_dsn, "public") as mig:
-        assert migrate(mig, name) == ["0002_constraints.sql"]
+        assert "0002_constraints.sql" in migrate(mig, name)
         assert migrate(mig, name) == []
     conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(name)))
     rows = conn.execute("SELECT conname, convalidated FROM pg_constraint WHERE connamespace = %s::regnamespace"

@@ -45,6 +45,8 @@ def test_schedule_metadata_is_formatted_exactly(db, tx):
 
 
 def test_non_object_template_is_wrapped(db, tx):
+    # Migration 0002 refuses such templates; a row written before it is still fired, wrapped.
+    db.execute("ALTER TABLE job_schedules DROP CONSTRAINT job_schedules_payload_template_valid")
     sid = insert_schedule(db, "wrapped", template=[1, 2, 3], next_fire_at="2026-02-01T00:00:00Z")
     run_pass(tx, 100)
     (row,) = ledger(db, sid)
@@ -58,8 +60,10 @@ def test_invalid_cron_is_deferred_and_others_still_fire(db, tx):
     result = run_pass(tx, 100)
     assert result.deferred == 1 and len(result.fires) == 1
     assert ledger(db, bad) == [] and len(ledger(db, good)) == 1
-    deferred = db.execute("SELECT next_fire_at - now() AS d FROM job_schedules WHERE id = %s", (bad,)).fetchone()["d"]
-    assert timedelta(seconds=29) < deferred <= timedelta(seconds=30)
+    fault = db.execute("SELECT retry_at - now() AS d, failures, last_error, quarantined_at FROM schedule_faults"
+                       " WHERE schedule_id = %s", (bad,)).fetchone()
+    assert timedelta(seconds=29) < fault["d"] <= timedelta(seconds=30)
+    assert fault["failures"] == 1 and fault["last_error"].startswith("cron:") and fault["quarantined_at"] is None
 
 
 def test_unknown_zone_is_deferred(db, tx):
@@ -117,8 +121,8 @@ def test_unique_slot_constraint_backs_the_locks(db):
 
 
 def test_one_off_deactivates_after_firing(db, tx):
-    sid = insert_schedule(db, "once", kind="once", cron=None)
-    db.execute("UPDATE job_schedules SET run_at = next_fire_at WHERE id = %s", (sid,))
+    sid = insert_schedule(db, "once")
+    db.execute("UPDATE job_schedules SET kind = 'once', cron_expr = NULL, run_at = next_fire_at WHERE id = %s", (sid,))
     assert len(run_pass(tx, 10).fires) == 1
     row = db.execute("SELECT is_active, next_fire_at FROM job_schedules WHERE id = %s", (sid,)).fetchone()
     assert row == {"is_active": False, "next_fire_at": None}
