@@ -307,14 +307,19 @@ def history(conn_or_dsn: Any, name: str, limit: int = 20, status: str | None = N
 
 
 def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str = DEFAULT_SCHEMA) -> list[datetime]:
-    """The next ``count`` fires of an active schedule from the database clock ([] when paused)."""
+    """The next ``count`` fires of an active schedule from the database clock ([] when paused or unplannable)."""
+    from .materialize import check_row
     from .timeengine import fire_times
     with _session(conn_or_dsn, schema, write=False) as store:
         row = _require(store, name)
         now = store.db_now()
-    if not row["is_active"]:
+    if not row["is_active"] or row.get("quarantined_at"):
         return []
-    return fire_times(timing_from_row(row), now, uuid.UUID(str(row["id"])), count)
+    try:
+        check_row(row)
+        return fire_times(timing_from_row(row), now, uuid.UUID(str(row["id"])), count)
+    except (ScheduleError, ValueError, OverflowError):
+        return []
 
 
 # ---------------------------------------------------------------------------

@@ -60,7 +60,9 @@ def _jsonable(value: Any) -> Any:
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    return value
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)  # e.g. a value the database holds that is not plain JSON
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:

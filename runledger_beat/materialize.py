@@ -26,7 +26,7 @@ import psycopg
 from .db import is_out_of_range, is_unreadable
 from .fires import Fire
 from .limits import INSTANT_COLUMNS
-from .payload import merge_schedule_metadata, schedule_metadata
+from .payload import merge_schedule_metadata, schedule_metadata, template_problem
 from .schedule_row import timing_from_row
 from .store import Store
 from .timeengine import Advance, ScheduleError, advance
@@ -89,6 +89,9 @@ def check_row(row: dict[str, Any]) -> None:
             raise ScheduleError(column, str(row[column]))
     if not isinstance(row.get("options") or {}, dict):
         raise ScheduleError("options", "must be a JSON object")
+    problem = template_problem(row.get("payload_template"))
+    if problem:
+        raise ScheduleError("payload_template", problem)
 
 
 def _plan(row: dict[str, Any], shared: dict[tuple, Advance]) -> _Plan:

@@ -38,15 +38,32 @@ def merge_schedule_metadata(template: Any, metadata: dict[str, str]) -> dict[str
     return {"payload": template, SCHEDULE_HEADER: metadata}
 
 
+def template_problem(template: Any) -> str | None:
+    """Why a stored payload_template cannot be run, or None. An object must be exactly
+    ``{"args": [...], "kwargs": {...}}`` (either key may be missing); any other JSON value is the legacy
+    single-argument form."""
+    if not isinstance(template, dict):
+        return None
+    extra = sorted(set(template) - {"args", "kwargs"})
+    if extra:
+        return f"unexpected keys {', '.join(map(repr, extra))}; expected only args and kwargs"
+    if not isinstance(template.get("args", []), list):
+        return "args must be a JSON array"
+    if not isinstance(template.get("kwargs", {}), dict):
+        return "kwargs must be a JSON object"
+    return None
+
+
 def task_arguments(payload: Any) -> tuple[list[Any], dict[str, Any]]:
-    """The (args, kwargs) a fire's task is called with, from its ledger payload."""
+    """The (args, kwargs) a fire's task is called with, from its ledger payload; ValueError on a bad shape."""
     if not isinstance(payload, dict):
         return [payload], {}
     if "payload" in payload and "args" not in payload and "kwargs" not in payload:
         return [payload["payload"]], {}
-    args = payload.get("args") or []
-    kwargs = payload.get("kwargs") or {}
-    return list(args), dict(kwargs)
+    problem = template_problem({k: v for k, v in payload.items() if k != SCHEDULE_HEADER})
+    if problem:
+        raise ValueError(f"payload: {problem}")
+    return list(payload.get("args") or []), dict(payload.get("kwargs") or {})
 
 
 def schedule_info(request: Any) -> dict[str, str] | None:

@@ -78,14 +78,15 @@ class ScheduleSpec:
     def from_row(cls, row: Mapping[str, Any]) -> ScheduleSpec:
         """The spec of a stored job_schedules row."""
         template = row["payload_template"]
-        args, kwargs = ((list(template.get("args") or []), dict(template.get("kwargs") or {}))
+        args, kwargs = ((template.get("args", []), template.get("kwargs", {}))
                         if isinstance(template, dict) else ([template], {}))
+        options = row.get("options")
         kind = row["kind"]
         return cls(
             name=row["name"], task=row["job_type"], cron=row.get("cron_expr") if kind == "cron" else None,
             every=row.get("interval_seconds") if kind == "interval" else None,
             at=row.get("run_at") if kind == "once" else None, timezone=row["timezone"], args=args, kwargs=kwargs,
-            options=dict(row.get("options") or {}), max_jitter=row["max_jitter_seconds"],
+            options=dict(options) if isinstance(options, dict) else options, max_jitter=row["max_jitter_seconds"],
             misfire=row["misfire_policy"], grace=row.get("misfire_grace_seconds"), overlap=row["overlap_policy"],
             start=row.get("start_at"), end=row.get("end_at"),
             organization_id=str(row["organization_id"]) if row.get("organization_id") else None,

@@ -131,13 +131,14 @@ def test_a_fire_the_broker_keeps_refusing_is_dead_lettered_and_never_starves_oth
     pipeline = _pipeline(pg_dsn, schema, amqp_url, queue, runledger_max_publish_attempts=2,
                          runledger_recovery_grace=1)
     try:
-        poison = insert_schedule(db, "poison", cron="0 0 1 1 *", options={"exchange": f"rl-missing-{uuid.uuid4().hex[:6]}", "routing_key": "x"})
+        missing = {"exchange": f"rl-missing-{uuid.uuid4().hex[:6]}", "routing_key": "x"}
+        poison = insert_schedule(db, "poison", cron="0 0 1 1 *", options=missing)
         pipeline.run_once()
         (row,) = ledger(db, poison)
         assert row["status"] == "pending" and row["dispatch_attempts"] == 1
         assert "NotFound" in row["last_error"]
-        db.execute("UPDATE jobs SET last_attempt_at = now() - interval '1 hour', created_at = now() - interval '1 hour',"
-                   " scheduled_for = scheduled_for - interval '1 hour'")  # the grace and the back-off have passed
+        db.execute("UPDATE jobs SET last_attempt_at = now() - interval '1 hour',"
+                   " created_at = now() - interval '1 hour', scheduled_for = scheduled_for - interval '1 hour'")  # the grace and the back-off have passed
         good = insert_schedule(db, "good", cron="0 0 1 1 *")
         pipeline._next_sweep = 0
         pipeline.run_once()

@@ -1,0 +1,100 @@
+"""A beat frozen (SIGSTOP) or cut off from Postgres while it holds a prepared instant: another beat fires.
+
+The frozen beat's open transaction holds the schedule rows' locks; the server
+ends it once it has been idle past the lookahead plus a margin
+(idle_in_transaction_session_timeout), and the other beat then claims and fires
+the rows. Nothing is published twice: the frozen beat's fires were never
+committed, and the unique slot index stands behind the locks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import timedelta
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from .e2e import count, delete_queue, prepare
+from .netcut import Proxy
+from .procs import start_beat
+from .rows import insert_schedule
+from .services import wait_for
+
+pytestmark = pytest.mark.slow
+
+ONCE = "0 0 1 1 *"
+SCHEDULES = 20
+LOOKAHEAD = 5
+
+
+def _locked(db) -> bool:
+    with db.transaction():
+        return db.execute("SELECT id FROM job_schedules FOR UPDATE SKIP LOCKED").fetchall() == []
+
+
+def _setup(db, pg_dsn, schema, amqp_url):
+    env, queue = prepare(db, pg_dsn, schema, amqp_url)
+    instant = db.execute("SELECT date_trunc('second', now()) + interval '8 seconds' AS t").fetchone()["t"]
+    ids = [insert_schedule(db, f"held{i:02d}", cron=ONCE, next_fire_at=instant) for i in range(SCHEDULES)]
+    return env, queue, instant, ids
+
+
+def _assert_fired_once(db, instant, ids) -> None:
+    assert count(db, "SELECT count(*) AS n FROM jobs") == SCHEDULES
+    rows = db.execute("SELECT schedule_id, scheduled_for, status, sent_at FROM jobs").fetchall()
+    assert {r["schedule_id"] for r in rows} == set(ids)
+    assert all(r["scheduled_for"] == instant and r["status"] == "sent" for r in rows)
+    assert max(r["sent_at"] for r in rows) - instant < timedelta(seconds=15)
+
+
+def test_a_frozen_beat_holding_an_instant_is_replaced_within_15_seconds(db, pg_dsn, schema, amqp_url):
+    env, queue, instant, ids = _setup(db, pg_dsn, schema, amqp_url)
+    frozen = start_beat(dict(env, RL_EXTRA=f'{{"runledger_lookahead": {LOOKAHEAD}}}'), "frozen")
+    other = None
+    try:
+        wait_for(lambda: _locked(db), timeout=30, message="the first beat to prepare the instant")
+        os.killpg(frozen.popen.pid, signal.SIGSTOP)
+        other = start_beat(env, "other")
+        wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == SCHEDULES,
+                 timeout=40, message="the other beat to fire every held schedule")
+        _assert_fired_once(db, instant, ids)
+        os.killpg(frozen.popen.pid, signal.SIGCONT)
+        wait_for(lambda: "rolled back" in frozen.log() or "unavailable" in frozen.log(), timeout=20,
+                 message="the thawed beat to notice its transaction is gone")
+        assert frozen.alive()
+        _assert_fired_once(db, instant, ids)  # still exactly once
+    finally:
+        frozen.kill(signal.SIGCONT)
+        frozen.stop()
+        if other:
+            other.stop()
+        delete_queue(amqp_url, queue)
+
+
+def test_a_beat_cut_off_from_postgres_is_replaced_within_15_seconds(db, pg_dsn, schema, amqp_url):
+    env, queue, instant, ids = _setup(db, pg_dsn, schema, amqp_url)
+    parts = urlsplit(pg_dsn)
+    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    behind = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
+    cut_off = start_beat(dict(env, RUNLEDGER_DSN=behind, RL_EXTRA=f'{{"runledger_lookahead": {LOOKAHEAD}}}'), "cut")
+    other = None
+    try:
+        wait_for(lambda: _locked(db), timeout=30, message="the beat behind the proxy to prepare the instant")
+        proxy.cut()
+        other = start_beat(env, "other")
+        wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == SCHEDULES,
+                 timeout=40, message="the other beat to fire every held schedule")
+        _assert_fired_once(db, instant, ids)
+        proxy.heal()
+        wait_for(lambda: "unavailable" in cut_off.log() or "rolled back" in cut_off.log(), timeout=30,
+                 message="the cut-off beat to notice")
+        assert cut_off.alive()
+        _assert_fired_once(db, instant, ids)
+    finally:
+        cut_off.stop()
+        if other:
+            other.stop()
+        proxy.close()
+        delete_queue(amqp_url, queue)
