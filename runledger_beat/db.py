@@ -50,7 +50,8 @@ from psycopg.types.json import JsonbBinaryLoader, JsonBinaryLoader, JsonbLoader,
 from . import queries
 from .redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
 
-__all__ = ["DEFAULT_SCHEMA", "OUT_OF_RANGE_HIGH", "OUT_OF_RANGE_LOW", "UNREADABLE_JSON", "ConfigError",
+__all__ = ["DEFAULT_SCHEMA", "OUT_OF_RANGE_HIGH", "OUT_OF_RANGE_LOW", "OUT_OF_RANGE_REASON", "UNREADABLE_JSON",
+           "ConfigError",
            "check_schema_name", "check_version", "connect", "dsn_has_password", "is_out_of_range",
            "is_unreadable", "migrate", "migration_files", "read_dsn_file", "redact_dsn", "register_safe_loaders",
            "safe_error", "schema_ready", "set_search_path"]
@@ -64,6 +65,8 @@ KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "
 #: Sentinels a timestamptz beyond Python's range loads as (timestamp: the same, naive).
 OUT_OF_RANGE_HIGH = datetime.max.replace(tzinfo=timezone.utc)
 OUT_OF_RANGE_LOW = datetime.min.replace(tzinfo=timezone.utc)
+#: What validation says of such a value, after the field name ("end_at: not a finite date-time ...").
+OUT_OF_RANGE_REASON = "not a finite date-time within year 1..9999"
 
 
 class ConfigError(Exception):
