@@ -167,3 +167,12 @@ def test_beat_exits_1_on_a_newer_database(pg_dsn, schema, db, amqp_url, auto_mig
     finally:
         beat.stop()
         delete_queue(amqp_url, queue)
+
+
+def test_check_functions_grant_execute_explicitly(db, schema):
+    # CHECK constraints run their functions as the writing role: EXECUTE is granted in the migration itself, so
+    # an install whose default privileges revoke EXECUTE from PUBLIC still lets limited roles write schedules.
+    rows = db.execute("SELECT proname, proacl::text[] AS acl FROM pg_proc WHERE pronamespace = %s::regnamespace"
+                      " AND proname LIKE 'runledger\\_%%\\_valid' ORDER BY proname", (schema,)).fetchall()
+    assert [r["proname"] for r in rows] == ["runledger_options_valid", "runledger_template_valid"]
+    assert all(any(entry.startswith("=X/") for entry in r["acl"]) for r in rows)

@@ -58,6 +58,10 @@ SELECT CASE WHEN jsonb_typeof(t) = 'object'
             ELSE false END
 $$;
 
+-- CHECK constraints call these as the writing role, so every role that writes job_schedules needs EXECUTE:
+-- granted explicitly (pure functions of their argument), whatever default privileges an install has set.
+GRANT EXECUTE ON FUNCTION runledger_options_valid(jsonb), runledger_template_valid(jsonb) TO PUBLIC;
+
 ALTER TABLE job_schedules
     -- Instants: finite and a day inside Python's year 1..9999 (limits.MIN_INSTANT, MAX_INSTANT).
     ADD CONSTRAINT job_schedules_next_fire_at_in_range CHECK (
