@@ -231,11 +231,9 @@ def _milliseconds(name: str, seconds: float) -> str:
     return str(int(round(seconds * 1000)))
 
 
-def _session_settings(conn: psycopg.Connection, timeouts: dict[str, float | None]) -> None:
-    """Apply the timeouts given (None leaves the server's setting)."""
-    for name, seconds in timeouts.items():
-        if seconds is not None:
-            conn.execute("SELECT set_config(%s, %s, false)", (name, _milliseconds(name, seconds)))
+def _timeouts(**seconds: float | None) -> dict[str, str]:
+    """The timeouts given, as setting name -> milliseconds (None leaves the server's setting)."""
+    return {name: _milliseconds(name, value) for name, value in seconds.items() if value is not None}
 
 
 def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, autocommit: bool = False,
@@ -244,13 +242,15 @@ def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, autocommit: bool = False,
             idle_in_transaction_session_timeout: float | None = None) -> psycopg.Connection:
     """Open a connection with dict rows, safe loaders, keepalives, timeouts and search_path set to ``schema``."""
     check_schema_name(schema)
+    timeouts = _timeouts(statement_timeout=statement_timeout, lock_timeout=lock_timeout,
+                         idle_in_transaction_session_timeout=idle_in_transaction_session_timeout)
     conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=connect_timeout,
                            application_name=application_name, **_keepalives(dsn))
     try:
         register_safe_loaders(conn)
         set_search_path(conn, schema)
-        _session_settings(conn, {"statement_timeout": statement_timeout, "lock_timeout": lock_timeout,
-                                 "idle_in_transaction_session_timeout": idle_in_transaction_session_timeout})
+        for name, milliseconds in timeouts.items():
+            conn.execute("SELECT set_config(%s, %s, false)", (name, milliseconds))
         conn.autocommit = autocommit
     except BaseException:
         conn.close()
