@@ -4,10 +4,12 @@
 --
 -- Every constraint is added NOT VALID: the migration does not scan existing rows, so an
 -- install holding old bad rows migrates in milliseconds, while every INSERT and every
--- UPDATE from now on is checked. Old bad rows stay readable; beat quarantines a row it
--- cannot plan (logged, deferred, never fatal). After fixing or deleting them an operator
--- may run `ALTER TABLE job_schedules VALIDATE CONSTRAINT <name>` (it takes only a
--- SHARE UPDATE EXCLUSIVE lock). Constraint names name the field they guard.
+-- UPDATE from now on is checked. Old bad rows stay readable (db.connect's loaders turn
+-- out-of-range values into sentinels); beat quarantines a row it cannot plan (logged, kept
+-- out of its claims, never fatal). Note that any UPDATE of an old bad row, even a cursor
+-- move or `is_active = false`, is refused until the bad fields are fixed: fix or DELETE
+-- such rows. Then `ALTER TABLE job_schedules VALIDATE CONSTRAINT <name>` (a SHARE UPDATE
+-- EXCLUSIVE lock only) makes the guarantee total. Constraint names name the field they guard.
 --
 -- Runs with search_path set to the runledger schema; names are unqualified.
 
