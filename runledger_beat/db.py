@@ -50,7 +50,8 @@ from psycopg.types.json import JsonbBinaryLoader, JsonBinaryLoader, JsonbLoader,
 from . import queries
 from .redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
 
-__all__ = ["DEFAULT_SCHEMA", "OUT_OF_RANGE_HIGH", "OUT_OF_RANGE_LOW", "UNREADABLE_JSON", "ConfigError",
+__all__ = ["DEFAULT_SCHEMA", "OUT_OF_RANGE_HIGH", "OUT_OF_RANGE_LOW", "OUT_OF_RANGE_REASON", "UNREADABLE_JSON",
+           "ConfigError",
            "check_schema_name", "check_version", "connect", "dsn_has_password", "is_out_of_range",
            "is_unreadable", "migrate", "migration_files", "read_dsn_file", "redact_dsn", "register_safe_loaders",
            "safe_error", "schema_ready", "set_search_path"]
@@ -64,6 +65,8 @@ KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "
 #: Sentinels a timestamptz beyond Python's range loads as (timestamp: the same, naive).
 OUT_OF_RANGE_HIGH = datetime.max.replace(tzinfo=timezone.utc)
 OUT_OF_RANGE_LOW = datetime.min.replace(tzinfo=timezone.utc)
+#: What validation says of such a value, after the field name ("end_at: not a finite date-time ...").
+OUT_OF_RANGE_REASON = "not a finite date-time within year 1..9999"
 
 
 class ConfigError(Exception):
@@ -228,11 +231,9 @@ def _milliseconds(name: str, seconds: float) -> str:
     return str(int(round(seconds * 1000)))
 
 
-def _session_settings(conn: psycopg.Connection, timeouts: dict[str, float | None]) -> None:
-    """Apply the timeouts given (None leaves the server's setting)."""
-    for name, seconds in timeouts.items():
-        if seconds is not None:
-            conn.execute("SELECT set_config(%s, %s, false)", (name, _milliseconds(name, seconds)))
+def _timeouts(**seconds: float | None) -> dict[str, str]:
+    """The timeouts given, as setting name -> milliseconds (None leaves the server's setting)."""
+    return {name: _milliseconds(name, value) for name, value in seconds.items() if value is not None}
 
 
 def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, autocommit: bool = False,
@@ -241,13 +242,15 @@ def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, autocommit: bool = False,
             idle_in_transaction_session_timeout: float | None = None) -> psycopg.Connection:
     """Open a connection with dict rows, safe loaders, keepalives, timeouts and search_path set to ``schema``."""
     check_schema_name(schema)
+    timeouts = _timeouts(statement_timeout=statement_timeout, lock_timeout=lock_timeout,
+                         idle_in_transaction_session_timeout=idle_in_transaction_session_timeout)
     conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=connect_timeout,
                            application_name=application_name, **_keepalives(dsn))
     try:
         register_safe_loaders(conn)
         set_search_path(conn, schema)
-        _session_settings(conn, {"statement_timeout": statement_timeout, "lock_timeout": lock_timeout,
-                                 "idle_in_transaction_session_timeout": idle_in_transaction_session_timeout})
+        for name, milliseconds in timeouts.items():
+            conn.execute("SELECT set_config(%s, %s, false)", (name, milliseconds))
         conn.autocommit = autocommit
     except BaseException:
         conn.close()

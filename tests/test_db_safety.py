@@ -86,9 +86,9 @@ def test_timeouts_are_set_when_given(pg_dsn, schema):
 
 
 @pytest.mark.parametrize("bad", [-1, "5", True, float("nan")])
-def test_bad_timeout_is_a_config_error(pg_dsn, schema, bad):
+def test_bad_timeout_is_a_config_error_before_connecting(schema, bad):
     with pytest.raises(ConfigError, match="statement_timeout"):
-        connect(pg_dsn, schema, statement_timeout=bad)
+        connect("postgresql://nobody@127.0.0.1:1/none", schema, statement_timeout=bad)
 
 
 def test_keepalives_always_on_unless_the_dsn_sets_them(pg_dsn, schema):

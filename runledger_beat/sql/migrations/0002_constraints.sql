@@ -4,10 +4,12 @@
 --
 -- Every constraint is added NOT VALID: the migration does not scan existing rows, so an
 -- install holding old bad rows migrates in milliseconds, while every INSERT and every
--- UPDATE from now on is checked. Old bad rows stay readable; beat quarantines a row it
--- cannot plan (logged, deferred, never fatal). After fixing or deleting them an operator
--- may run `ALTER TABLE job_schedules VALIDATE CONSTRAINT <name>` (it takes only a
--- SHARE UPDATE EXCLUSIVE lock). Constraint names name the field they guard.
+-- UPDATE from now on is checked. Old bad rows stay readable (db.connect's loaders turn
+-- out-of-range values into sentinels); beat quarantines a row it cannot plan (logged, kept
+-- out of its claims, never fatal). Note that any UPDATE of an old bad row, even a cursor
+-- move or `is_active = false`, is refused until the bad fields are fixed: fix or DELETE
+-- such rows. Then `ALTER TABLE job_schedules VALIDATE CONSTRAINT <name>` (a SHARE UPDATE
+-- EXCLUSIVE lock only) makes the guarantee total. Constraint names name the field they guard.
 --
 -- Runs with search_path set to the runledger schema; names are unqualified.
 
@@ -57,6 +59,10 @@ SELECT CASE WHEN jsonb_typeof(t) = 'object'
              AND octet_length(t::text) <= 1048576
             ELSE false END
 $$;
+
+-- CHECK constraints call these as the writing role, so every role that writes job_schedules needs EXECUTE:
+-- granted explicitly (pure functions of their argument), whatever default privileges an install has set.
+GRANT EXECUTE ON FUNCTION runledger_options_valid(jsonb), runledger_template_valid(jsonb) TO PUBLIC;
 
 ALTER TABLE job_schedules
     -- Instants: finite and a day inside Python's year 1..9999 (limits.MIN_INSTANT, MAX_INSTANT).
