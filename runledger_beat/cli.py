@@ -1,6 +1,7 @@
 """``runledger-beat``: manage schedules and read the ledger from the shell.
 
-DSN: --dsn, else env RUNLEDGER_DSN, else the --app Celery app's runledger_dsn.
+DSN: --dsn, else --dsn-file, else env RUNLEDGER_DSN, else the --app Celery app's
+runledger_dsn (a --dsn carrying a password gets a warning: ps shows it).
 Schema: --schema, else env RUNLEDGER_SCHEMA, else "runledger". The global
 options (--dsn, --schema, --app) go before or after the subcommand.
 Exit codes: 0 done; 2 bad usage or validation ("error: <field>: <reason>" on
@@ -40,6 +41,7 @@ import psycopg
 from . import api
 from .db import ConfigError, connect, migrate, redact_dsn, safe_error
 from .formats import format_rfc3339, parse_duration
+from .redaction import dsn_has_password, read_dsn_file
 from .timeengine import ScheduleError
 
 
@@ -113,7 +115,12 @@ def _load_app(path: str) -> Any:
 
 def _dsn(args: argparse.Namespace) -> str:
     if args.dsn:
+        if dsn_has_password(args.dsn):
+            print("warning: --dsn carries a password, which other users can read in the process list; "
+                  "prefer RUNLEDGER_DSN or --dsn-file", file=sys.stderr)
         return args.dsn
+    if args.dsn_file:
+        return read_dsn_file(args.dsn_file)
     if os.environ.get("RUNLEDGER_DSN"):
         return os.environ["RUNLEDGER_DSN"]
     if args.app:
@@ -260,6 +267,8 @@ def _global_options(parser: argparse.ArgumentParser, top: bool) -> None:
     keep = {} if top else {"default": argparse.SUPPRESS}
     parser.add_argument("--dsn", help="Postgres DSN (else env RUNLEDGER_DSN, else --app's runledger_dsn)",
                         **({"default": None} if top else keep))
+    parser.add_argument("--dsn-file", metavar="PATH", help="read the DSN from this file (its first line)",
+                        **({"default": None} if top else keep))
     parser.add_argument("--schema", help="schema of the runledger tables (else env RUNLEDGER_SCHEMA, else runledger)",
                         **({"default": os.environ.get("RUNLEDGER_SCHEMA", "runledger")} if top else keep))
     parser.add_argument("--app", help="Celery app, e.g. proj.celery:app or proj.celery",
@@ -320,9 +329,10 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
     from .preview import add_preview_arguments
-    parser = argparse.ArgumentParser(prog="runledger-beat", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="runledger-beat",
+                                     description="Manage runledger_beat schedules and read the ledger.")
     _global_options(parser, top=True)
-    p = _subcommands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    p = _subcommands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do"))
     _definition_args(p["add"], update=False)
     _definition_args(p["update"], update=True)
     p["list"].add_argument("--task", help="only schedules of this task")

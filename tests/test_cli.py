@@ -87,4 +87,33 @@ def test_bad_names_and_duplicates(capsys, pg_dsn, schema, db):
 def test_unreachable_database_hides_password(capsys):
     code = cli.main(["--dsn", "postgresql://u:sekrit@127.0.0.1:1/db", "list"])
     _, err = capsys.readouterr()
-    assert code == 1 and "sekrit" not in err and err.startswith("error:")
+    assert code == 1 and "sekrit" not in err and err.splitlines()[-1].startswith("error:")
+
+
+def test_global_options_go_before_or_after_the_subcommand(capsys, pg_dsn, schema, db):
+    assert cli.main(["add", "late", "--task", "t.x", "--every", "5s", "--dsn", pg_dsn, "--schema", schema]) == 0
+    capsys.readouterr()
+    assert cli.main(["migrate", "--dsn", pg_dsn, "--schema", schema, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"applied": []}
+    code = cli.main(["--dsn", pg_dsn, "list", "--schema", schema, "--json"])
+    out = capsys.readouterr().out
+    assert code == 0 and [r["name"] for r in json.loads(out)] == ["late"]
+
+
+def test_the_dsn_from_a_file_and_a_warning_for_a_password_on_the_command_line(capsys, tmp_path, pg_dsn, schema, db):
+    path = tmp_path / "dsn"
+    path.write_text(pg_dsn + "\n")
+    assert cli.main(["--dsn-file", str(path), "--schema", schema, "list"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    code = cli.main(["--dsn", "postgresql://u:hunter2@127.0.0.1:1/db", "list"])
+    err = capsys.readouterr().err
+    assert code == 1 and "warning: --dsn carries a password" in err and "hunter2" not in err
+
+
+def test_every_option_has_help():
+    parser = cli.build_parser()
+    actions = list(parser._actions)
+    for sub in parser._subparsers._group_actions[0].choices.values():
+        actions.extend(sub._actions)
+    missing = [a.option_strings or a.dest for a in actions if not a.help and a.dest != "help"]
+    assert missing == []

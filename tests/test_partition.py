@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from datetime import timedelta
 from urllib.parse import urlsplit, urlunsplit
 
@@ -97,4 +98,27 @@ def test_a_beat_cut_off_from_postgres_is_replaced_within_15_seconds(db, pg_dsn, 
         if other:
             other.stop()
         proxy.close()
+        delete_queue(amqp_url, queue)
+
+
+def test_sigterm_rolls_back_a_prepared_instant_at_once(db, pg_dsn, schema, amqp_url):
+    env, queue, instant, ids = _setup(db, pg_dsn, schema, amqp_url)
+    beat = start_beat(dict(env, RL_EXTRA='{"runledger_lookahead": 30}'), "terminated")
+    other = None
+    try:
+        wait_for(lambda: _locked(db), timeout=30, message="the beat to prepare the instant")
+        beat.popen.send_signal(signal.SIGTERM)  # celery beat's own process: a clean shutdown
+        started = time.monotonic()
+        beat.popen.wait(15)
+        assert time.monotonic() - started < 10
+        assert not _locked(db) and count(db, "SELECT count(*) AS n FROM jobs") == 0
+        assert beat.popen.returncode == 0, beat.log()[-2000:]  # a clean exit, not a crash
+        other = start_beat(env, "other")
+        wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == SCHEDULES,
+                 timeout=30, message="another beat to fire them at their instant")
+        _assert_fired_once(db, instant, ids)
+    finally:
+        beat.stop()
+        if other:
+            other.stop()
         delete_queue(amqp_url, queue)
