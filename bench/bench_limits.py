@@ -29,7 +29,7 @@ from kombu import Connection, Exchange, Producer  # noqa: E402
 
 from bench.common import AMQP, DepthProbe, Watch, declare_queue, delete_queue, emit, token  # noqa: E402
 from runledger_beat.dispatch import Dispatcher  # noqa: E402
-from runledger_beat.materialize import Fire  # noqa: E402
+from runledger_beat.fires import Fire  # noqa: E402
 
 
 def _until_queued(queue: str, n: int, publish_all) -> tuple[float, float]:
@@ -100,7 +100,11 @@ def broker_ceiling(n: int) -> dict:
         app.conf.task_default_queue = queue
         try:
             ready = dispatcher.prepare(fires)
-            return _report("broker ceiling", n, *_until_queued(queue, n, lambda: dispatcher.publish(ready)))
+            def publish_all() -> None:
+                dispatcher.send(ready)
+                dispatcher.collect(wait=True)
+
+            return _report("broker ceiling", n, *_until_queued(queue, n, publish_all))
         finally:
             dispatcher.close()
 

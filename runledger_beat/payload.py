@@ -1,7 +1,7 @@
 """What a fire carries: the ledger payload (template + ``_schedule``) and the task's arguments.
 
-payload_template is ``{"args": [...], "kwargs": {...}}``. As in the seed, a template
-that is not a JSON object is wrapped as ``{"payload": template, "_schedule": ...}``;
+payload_template is ``{"args": [...], "kwargs": {...}}``. A template that is not a
+JSON object (possible only in rows older than migration 0002) is wrapped as ``{"payload": template, "_schedule": ...}``;
 the task then receives that template as its single positional argument.
 """
 
@@ -21,7 +21,7 @@ SCHEDULE_HEADER = "_schedule"
 
 def schedule_metadata(schedule_id: uuid.UUID | str, schedule_name: str,
                       scheduled_for: datetime) -> dict[str, str]:
-    """The seed's ``_schedule`` object: id, name and RFC 3339 ``scheduled_for`` with ``Z``."""
+    """The ``_schedule`` object: id, name and RFC 3339 ``scheduled_for`` with ``Z`` (fraction only when non-zero)."""
     return {
         "schedule_id": str(schedule_id),
         "schedule_name": schedule_name,

@@ -122,3 +122,26 @@ def test_sigterm_rolls_back_a_prepared_instant_at_once(db, pg_dsn, schema, amqp_
         if other:
             other.stop()
         delete_queue(amqp_url, queue)
+
+
+def test_a_dropped_listen_connection_is_reopened(db, pg_dsn, schema, amqp_url):
+    env, queue = prepare(db, pg_dsn, schema, amqp_url)
+    beat = start_beat(env, "listener")
+    try:
+        listening = "SELECT pid FROM pg_stat_activity WHERE application_name = 'runledger_beat.listen'" \
+                    " AND query LIKE 'LISTEN%%' AND datname = current_database()"
+        wait_for(lambda: db.execute(listening).fetchall(), timeout=20, message="beat to LISTEN")
+        before = {r["pid"] for r in db.execute(listening).fetchall()}
+        for pid in before:
+            db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        wait_for(lambda: {r["pid"] for r in db.execute(listening).fetchall()} - before, timeout=30,
+                 message="a new LISTEN connection")
+        time.sleep(0.5)  # let beat settle into its 5 s wait, so only NOTIFY can wake it within a second
+        created = db.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
+        insert_schedule(db, "after-reconnect", cron=ONCE, next_fire_at=created)
+        row = wait_for(lambda: db.execute("SELECT sent_at FROM jobs WHERE sent_at IS NOT NULL").fetchone(),
+                       timeout=10, message="the new schedule's fire")
+        assert (row["sent_at"] - created).total_seconds() < 1.0
+    finally:
+        beat.stop()
+        delete_queue(amqp_url, queue)
