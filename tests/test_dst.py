@@ -4,6 +4,12 @@ cronsim is a test-only oracle.  Its local aware results are converted to UTC and
 compared with Cron.next_after stepped from the previous fire.  Stepped ranges
 with equal ends ("21-21/2") are left out of the random set: cronsim reads them
 as "21/2" (21, 23), Vixie cron and this engine as just 21.
+
+cronsim steps hours by 3,600 s of real time, so in a zone whose transition is
+not on the hour (Lord Howe's 30-minute shift) it drifts off the wall-clock
+hours for wildcard jobs (it skips existing matches on both sides of the
+shift); those cases are judged by the brute-force Debian oracle in
+tests/test_cron_oracle.py instead and skipped here.
 """
 
 from __future__ import annotations
@@ -73,8 +79,19 @@ def random_expressions(seed: int, count: int = 300) -> list[str]:
     return out
 
 
+HALF_HOUR_SHIFT_ZONES = {"Australia/Lord_Howe"}
+
+
+def cronsim_drifts(expr: str, zone_name: str) -> bool:
+    """A wildcard job in a zone whose shift is not whole hours (cronsim is off there)."""
+    minute, hour = expr.split()[:2]
+    return zone_name in HALF_HOUR_SHIFT_ZONES and (minute.startswith("*") or hour.startswith("*"))
+
+
 def compare(expr: str, zone_name: str, centre: datetime) -> None:
-    """Fires from centre - 1 day to centre + 1 day agree with cronsim."""
+    """Fires from centre - 1 day to centre + 1 day agree with cronsim (where cronsim follows Debian)."""
+    if cronsim_drifts(expr, zone_name):
+        return
     tz = ZoneInfo(zone_name)
     start, stop = centre - timedelta(days=1), centre + timedelta(days=1)
     oracle = CronSim(expr, start.astimezone(tz))
