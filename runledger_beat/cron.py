@@ -79,8 +79,9 @@ FIELDS: list[tuple[str, int, int]] = [
 ]
 # H without a range: every field's full range, except 1-28 for a bare H in day-of-month and 0-6 in day-of-week.
 HASH_RANGES = {f[0]: (f[1], f[2]) for f in FIELDS} | {"day-of-month": (1, 28), "day-of-week": (0, 6)}
-MONTH_NAMES = {n: i + 1 for i, n in enumerate("JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split())}
-DAY_NAMES = {n: i for i, n in enumerate("SUN MON TUE WED THU FRI SAT".split())}
+MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
+MONTH_NAMES = {n: i + 1 for i, n in enumerate(MONTHS)}
+DAY_NAMES = {n: i for i, n in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])}
 MAX_DAYS_IN_MONTH = [0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 HASH_TERM = re.compile(r"H(?:\((?P<range>[^)]*)\))?(?:/(?P<step>.*))?", re.IGNORECASE)
 USES_HASH = re.compile(r"(?:^|[\s,])H", re.IGNORECASE)
@@ -331,7 +332,7 @@ def _transitions(tz: ZoneInfo, year: int) -> tuple[int, ...]:
 def _period(tz: ZoneInfo, ts: int) -> tuple[int, int, int]:
     """(low, high, offset): `tz` keeps `offset` on [low, high) around `ts` (bounds may be conservative)."""
     year = datetime.fromtimestamp(ts, UTC).year
-    if not 2 <= year <= MAX_YEAR - 2:
+    if not 3 <= year <= MAX_YEAR - 2:
         return ts, ts, _offset_at(tz, ts)  # empty period: always take the exact search
     changes = [c for y in (year - 1, year, year + 1) for c in _transitions(tz, y)]
     i = bisect_right(changes, ts)
@@ -380,7 +381,7 @@ class Cron:
         self.timezone = timezone
         self.hash_id = hash_id
         parts = _split(expr)
-        parsed = [_parse_field(p, *spec, hash_id or NIL) for p, spec in zip(parts, FIELDS)]
+        parsed = [_parse_field(p, *spec, hash_id or NIL) for p, spec in zip(parts, FIELDS, strict=True)]
         sets = [values for values, _ in parsed]
         self.seconds, self.minutes, self.hours = (tuple(sorted(s)) for s in sets[:3])
         self.days_of_month = frozenset(sets[3])

@@ -65,26 +65,14 @@ class Timing:
     misfire: str = "fire_once"
     grace: float | None = None
 
-    def validate(self) -> "Timing":
+    def validate(self) -> Timing:
         """Check every field (raising ScheduleError naming it) and return self."""
         if self.kind not in KINDS:
             raise ScheduleError("kind", f"unknown kind {self.kind!r}; expected cron, interval or once")
         zone(self.timezone)
         for name in ("at", "anchor", "start", "end"):
             _aware(name, getattr(self, name))
-        if self.kind == "cron":
-            if not self.cron:
-                raise ScheduleError("cron", "missing cron expression")
-            compile_cron(self.cron, self.timezone, self.day_and)  # H terms validate with the nil id
-        elif self.kind == "interval":
-            if self.every is None:
-                raise ScheduleError("every", "missing interval")
-            if isinstance(self.every, bool) or not isinstance(self.every, (int, float)):
-                raise ScheduleError("every", f"must be a number of seconds, got {self.every!r}")
-            if not self.every >= 1:
-                raise ScheduleError("every", f"must be at least 1 second, got {self.every}")
-        elif self.at is None:
-            raise ScheduleError("at", "missing instant for a one-off schedule")
+        self._validate_form()
         if self.start is not None and self.end is not None and self.end <= self.start:
             raise ScheduleError("end", "end must be after start")
         if isinstance(self.max_jitter, bool) or not isinstance(self.max_jitter, int):
@@ -100,6 +88,22 @@ class Timing:
         if self.grace is not None and not self.grace >= 0:
             raise ScheduleError("grace", f"must be at least 0 seconds, got {self.grace}")
         return self
+
+    def _validate_form(self) -> None:
+        """Check the fields of the cron / interval / one-off form."""
+        if self.kind == "cron":
+            if not self.cron:
+                raise ScheduleError("cron", "missing cron expression")
+            compile_cron(self.cron, self.timezone, self.day_and)  # H terms validate with the nil id
+        elif self.kind == "interval":
+            if self.every is None:
+                raise ScheduleError("every", "missing interval")
+            if isinstance(self.every, bool) or not isinstance(self.every, (int, float)):
+                raise ScheduleError("every", f"must be a number of seconds, got {self.every!r}")
+            if not self.every >= 1:
+                raise ScheduleError("every", f"must be at least 1 second, got {self.every}")
+        elif self.at is None:
+            raise ScheduleError("at", "missing instant for a one-off schedule")
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 UTC = timezone.utc
-MONTHS = "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split()
-DAYS = "SUN MON TUE WED THU FRI SAT".split()
+MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
+DAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
 
 
 def _number(text: str, names: list[str], base: int) -> int:

@@ -14,7 +14,7 @@ import os
 import random
 import time
 from datetime import datetime, timedelta, timezone
-from functools import lru_cache
+from functools import cache, lru_cache
 from zoneinfo import ZoneInfo, available_timezones
 
 import pytest
@@ -52,11 +52,12 @@ def _bisect(tz: ZoneInfo, lo: datetime, hi: datetime) -> datetime:
     return hi
 
 
-@lru_cache(maxsize=None)
+@cache
 def zone_transitions(name: str) -> tuple[datetime, ...]:
     """Offset changes of a zone in 2025-2035 (12-hourly probe, bisected to the minute)."""
     tz = ZoneInfo(name)
-    t, stop, step = datetime(FIRST_YEAR, 1, 1, tzinfo=UTC), datetime(LAST_YEAR + 1, 1, 1, tzinfo=UTC), timedelta(hours=12)
+    t, step = datetime(FIRST_YEAR, 1, 1, tzinfo=UTC), timedelta(hours=12)
+    stop = datetime(LAST_YEAR + 1, 1, 1, tzinfo=UTC)
     found, previous = [], _offset(tz, t)
     while t < stop:
         offset = _offset(tz, t + step)
@@ -73,7 +74,8 @@ def dst_zones() -> tuple[str, ...]:
     out = []
     for name in sorted(available_timezones()):
         tz = ZoneInfo(name)
-        samples = {_offset(tz, datetime(y, m, 15, tzinfo=UTC)) for y in range(FIRST_YEAR, LAST_YEAR + 1) for m in range(1, 13)}
+        years = range(FIRST_YEAR, LAST_YEAR + 1)
+        samples = {_offset(tz, datetime(y, m, 15, tzinfo=UTC)) for y in years for m in range(1, 13)}
         if len(samples) > 1 and zone_transitions(name):
             out.append(name)
     return tuple(out)
@@ -197,3 +199,24 @@ def test_engine_matches_debian_oracle(seed: int) -> None:
           f"{len(dst_zones())} zones, {time.perf_counter() - began:.1f} s")
     assert not mismatches, f"{len(mismatches)} mismatches (seed {seed}):\n" + "\n".join(mismatches[:20])
     assert compared >= MIN_CASES_PER_SEED, f"seed {seed}: only {compared} cases compared"
+
+
+SECONDS_ZONES = ["America/New_York", "Australia/Lord_Howe", "Pacific/Chatham", "America/Santiago", "America/Havana"]
+SECONDS_EXPRESSIONS = ["*/20 * * * * *", "30 */7 * * * *", "0 0 * * * *", "15 45 * * * *", "*/10 0-5,30-35 * * * *",
+                       "0 * 1-3 * * *", "5 10 0-1,23 * * *"]
+
+
+@pytest.mark.parametrize("zone_name", SECONDS_ZONES)
+def test_six_field_expressions_follow_real_seconds(zone_name: str) -> None:
+    """6-field jobs are wildcard jobs at one-second resolution (see the oracle's docstring)."""
+    rng = random.Random(zone_name)
+    for transition in zone_transitions(zone_name)[:4]:
+        line = oracle.timeline(zone_name, transition - timedelta(hours=2), transition + timedelta(hours=2), step=1)
+        for expr in SECONDS_EXPRESSIONS:
+            fire_list = oracle.fires(oracle.parse(expr), line)
+            cron = Cron(expr, zone_name)
+            for _ in range(40):
+                after = transition + timedelta(seconds=rng.randint(-6600, 6600), microseconds=rng.randint(0, 999_999))
+                expected = oracle.next_fire(fire_list, after)
+                if expected is not None:
+                    assert cron.next_after(after) == expected, (expr, zone_name, after)
