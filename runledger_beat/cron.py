@@ -49,6 +49,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NAIVE_EPOCH = datetime(1970, 1, 1)
+ONE_SECOND = timedelta(seconds=1)
 SEARCH_YEARS = 400  # one full Gregorian cycle: any calendar pattern that can match does so within it
 MAX_YEAR = 9998
 SLACK = 86400  # seconds of offset stability required around the fast path
@@ -354,12 +355,12 @@ def _periods(tz: ZoneInfo, start: int, stop: int) -> list[tuple[int, int, int, i
 
 def _to_ts(dt: datetime) -> int:
     """Whole Unix seconds (floor) of an aware datetime."""
-    return (dt - EPOCH) // timedelta(seconds=1)
+    return (dt - EPOCH) // ONE_SECOND
 
 
 def _naive_ts(dt: datetime) -> int:
     """Whole seconds of a naive wall-clock datetime since the naive epoch."""
-    return (dt - NAIVE_EPOCH) // timedelta(seconds=1)
+    return (dt - NAIVE_EPOCH) // ONE_SECOND
 
 
 def _naive(seconds: int) -> datetime:
@@ -484,7 +485,7 @@ class Cron:
         if t.utcoffset() is None:
             raise ScheduleError("after", "must be timezone-aware")
         try:
-            found = self._search(_to_ts(t))
+            found = self._search((t - EPOCH) // ONE_SECOND)
         except (OverflowError, ValueError):  # the search ran past year 9999 or before year 1
             return None
         return None if found is None else EPOCH + timedelta(seconds=found)
@@ -494,10 +495,10 @@ class Cron:
         low, high, offset = self._period
         if not low <= ts - SLACK < high:
             low, high, offset = self._period = _period(self.tz, ts)
-        found = self._first_match(_naive(ts + offset + 1))
+        found = self._first_match(NAIVE_EPOCH + timedelta(seconds=ts + offset + 1))
         if found is None:
             return None
-        result = _naive_ts(found) - offset
+        result = (found - NAIVE_EPOCH) // ONE_SECOND - offset
         if self.fixed or (low <= ts - SLACK and result + SLACK < high):
             return result
         return self._exact(ts)
@@ -546,28 +547,40 @@ def _split_count(expr: str) -> list[str]:
     return NICKNAMES.get(text.lower(), text).split()
 
 
+_PLAIN: dict[tuple[str, str, bool], Cron] = {}  # expressions without H: one Cron whatever the id
+PLAIN_CACHE_SIZE = 1024
+
+
 def compile_cron(expr: str, timezone: str = "UTC", day_and: bool = False, hash_id: uuid.UUID | None = None) -> Cron:
     """Parse `expr` once per (expression, zone, day rule[, id when it uses H]); raises ScheduleError.
 
     `hash_id` is the schedule id H terms hash; it is ignored (and not part of
     the cache key) for expressions without H, and defaults to the nil UUID.
     """
+    cron = _PLAIN.get((expr, timezone, day_and))
+    if cron is not None:
+        return cron
     if not isinstance(expr, str):
         raise ScheduleError("cron", "must be a string")
-    return _compile(expr, timezone, day_and, (hash_id or NIL) if _uses_hash(expr) else None)
+    if uses_hash(expr):
+        return _compile_hashed(expr, timezone, day_and, hash_id or NIL)
+    cron = Cron(expr, timezone, day_and)
+    if len(_PLAIN) >= PLAIN_CACHE_SIZE:
+        _PLAIN.clear()
+    _PLAIN[(expr, timezone, day_and)] = cron
+    return cron
 
 
 @lru_cache(maxsize=16384)
-def _uses_hash(expr: str) -> bool:
-    """Memoized uses_hash."""
-    return uses_hash(expr)
-
-
-@lru_cache(maxsize=16384)
-def _compile(expr: str, timezone: str, day_and: bool, hash_id: uuid.UUID | None) -> Cron:
-    """The cached Cron behind compile_cron."""
+def _compile_hashed(expr: str, timezone: str, day_and: bool, hash_id: uuid.UUID) -> Cron:
+    """The cached Cron of an H expression for one schedule id."""
     return Cron(expr, timezone, day_and, hash_id)
 
 
-compile_cron.cache_clear = _compile.cache_clear  # type: ignore[attr-defined]
-compile_cron.cache_info = _compile.cache_info  # type: ignore[attr-defined]
+def _cache_clear() -> None:
+    """Forget every compiled expression."""
+    _PLAIN.clear()
+    _compile_hashed.cache_clear()
+
+
+compile_cron.cache_clear = _cache_clear  # type: ignore[attr-defined]
