@@ -161,3 +161,22 @@ def test_lord_howe_half_hour_gap() -> None:
     got = Cron("15 2 * * *", "Australia/Lord_Howe").next_after(datetime(2026, 10, 3, 12, 0, tzinfo=UTC))
     local = got.astimezone(ZoneInfo("Australia/Lord_Howe"))
     assert (local.date(), local.hour, local.minute) == (date(2026, 10, 4), 2, 30)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("expr", "zone_name", "after", "expected"),
+    [
+        # Chatham falls back at 03:45 to 02:45: 03:00-03:44 is repeated and the walk used to cycle.
+        ("* 3 * * *", "Pacific/Chatham", "2027-04-03T14:00:00Z", "2027-04-03T14:15:00Z"),
+        ("*/15 3 * * *", "Pacific/Chatham", "2026-04-04T13:00:00Z", "2026-04-04T13:15:00Z"),
+        # Lord Howe's 30-minute shift: 19:00 local stays 19:00 local.
+        ("* 19 * * *", "Australia/Lord_Howe", "2026-04-04T14:00:00Z", "2026-04-05T08:30:00Z"),
+        # Havana springs forward at midnight: 01:00 exists that Sunday.
+        ("* 1 * * 7", "America/Havana", "2025-03-08T01:00:00Z", "2025-03-09T05:00:00Z"),
+    ],
+)
+def test_issue_12_examples_follow_debian(expr: str, zone_name: str, after: str, expected: str) -> None:
+    """Debian's answers (the oracle's too); each used to hang or come out wrong."""
+    got = Cron(expr, zone_name).next_after(datetime.fromisoformat(after.replace("Z", "+00:00")))
+    assert got == datetime.fromisoformat(expected.replace("Z", "+00:00"))
