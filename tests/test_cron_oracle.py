@@ -27,7 +27,7 @@ FIRST_YEAR, LAST_YEAR = 2025, 2035
 SEEDS = [20250, 20351] + ([int(os.environ["RUNLEDGER_ORACLE_SEED"])] if os.environ.get("RUNLEDGER_ORACLE_SEED") else [])
 TRANSITIONS_PER_ZONE = 2  # sampled per seed from the zone's 2025-2035 transitions
 EXPRESSIONS_PER_TRANSITION = 8
-INSTANTS_PER_EXPRESSION = 12
+INSTANTS_PER_EXPRESSION = 13
 MIN_CASES_PER_SEED = 25_000  # two fixed seeds: at least 50,000 compared cases per run
 HALF_WINDOW = timedelta(days=1)
 
