@@ -22,6 +22,9 @@ instant to the zone's local wall time with zoneinfo, and applies these rules:
   rule used here is that of a wildcard job at one-second resolution: fire at
   every real second whose wall time (to the second) matches.
 
+The minute scan assumes UTC offsets in whole minutes (true of every zone from
+1970 on, so of 2025-2035); with an older offset such as Moscow's 4:31:19 the
+wall minutes start mid-UTC-minute and a 60-second scan cannot see them.
 Answers are exact only inside the window: a fixed-time job needs the window
 to start before the first pass of any repeated hour it is asked about, and a
 next fire is known only if it lies before `stop`.
