@@ -353,11 +353,6 @@ def _periods(tz: ZoneInfo, start: int, stop: int) -> list[tuple[int, int, int, i
     return pieces
 
 
-def _to_ts(dt: datetime) -> int:
-    """Whole Unix seconds (floor) of an aware datetime."""
-    return (dt - EPOCH) // ONE_SECOND
-
-
 def _naive_ts(dt: datetime) -> int:
     """Whole seconds of a naive wall-clock datetime since the naive epoch."""
     return (dt - NAIVE_EPOCH) // ONE_SECOND
