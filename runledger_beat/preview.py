@@ -29,7 +29,9 @@ def add_preview_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--after", metavar="ISO", help="list fires after this instant (default now)")
     parser.add_argument("--count", type=int, default=10, metavar="N", help="how many fires (default 10)")
     parser.add_argument("--jitter", type=int, default=0, metavar="S", help="max jitter in seconds")
-    parser.add_argument("--id", default=str(uuid.UUID(int=0)), metavar="UUID", help="schedule id (jitter seed)")
+    parser.add_argument(
+        "--id", default=str(uuid.UUID(int=0)), metavar="UUID", help="schedule id (seeds jitter and H fields)"
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON list of RFC 3339 UTC times")
 
 

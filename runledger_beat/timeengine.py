@@ -72,19 +72,7 @@ class Timing:
         zone(self.timezone)
         for name in ("at", "anchor", "start", "end"):
             _aware(name, getattr(self, name))
-        if self.kind == "cron":
-            if not self.cron:
-                raise ScheduleError("cron", "missing cron expression")
-            compile_cron(self.cron, self.timezone, self.day_and)
-        elif self.kind == "interval":
-            if self.every is None:
-                raise ScheduleError("every", "missing interval")
-            if isinstance(self.every, bool) or not isinstance(self.every, (int, float)):
-                raise ScheduleError("every", f"must be a number of seconds, got {self.every!r}")
-            if not self.every >= 1:
-                raise ScheduleError("every", f"must be at least 1 second, got {self.every}")
-        elif self.at is None:
-            raise ScheduleError("at", "missing instant for a one-off schedule")
+        self._validate_form()
         if self.start is not None and self.end is not None and self.end <= self.start:
             raise ScheduleError("end", "end must be after start")
         if isinstance(self.max_jitter, bool) or not isinstance(self.max_jitter, int):
@@ -100,6 +88,22 @@ class Timing:
         if self.grace is not None and not self.grace >= 0:
             raise ScheduleError("grace", f"must be at least 0 seconds, got {self.grace}")
         return self
+
+    def _validate_form(self) -> None:
+        """Check the fields of the cron / interval / one-off form."""
+        if self.kind == "cron":
+            if not self.cron:
+                raise ScheduleError("cron", "missing cron expression")
+            compile_cron(self.cron, self.timezone, self.day_and)  # H terms validate with the nil id
+        elif self.kind == "interval":
+            if self.every is None:
+                raise ScheduleError("every", "missing interval")
+            if isinstance(self.every, bool) or not isinstance(self.every, (int, float)):
+                raise ScheduleError("every", f"must be a number of seconds, got {self.every!r}")
+            if not self.every >= 1:
+                raise ScheduleError("every", f"must be at least 1 second, got {self.every}")
+        elif self.at is None:
+            raise ScheduleError("at", "missing instant for a one-off schedule")
 
 
 @dataclass(frozen=True)
@@ -138,12 +142,12 @@ def _jittered(timing: Timing, base: datetime, schedule_id: uuid.UUID) -> datetim
     return base + timedelta(seconds=jitter_seconds(schedule_id, base, timing.max_jitter))
 
 
-def _next_base(timing: Timing, after: datetime) -> datetime | None:
+def _next_base(timing: Timing, after: datetime, schedule_id: uuid.UUID | None = None) -> datetime | None:
     """First un-jittered fire strictly after `after`, never before start (end is not applied)."""
     if timing.start is not None and after < timing.start:
         after = timing.start - ONE_MICROSECOND
     if timing.kind == "cron":
-        return compile_cron(timing.cron or "", timing.timezone, timing.day_and).next_after(after)
+        return compile_cron(timing.cron or "", timing.timezone, timing.day_and, schedule_id).next_after(after)
     if timing.kind == "interval":
         every = round(float(timing.every or 0) * 1_000_000)
         if every < 1_000_000:
@@ -166,7 +170,7 @@ def _before_end(timing: Timing, fire: datetime | None) -> datetime | None:
 
 def _next_jittered(timing: Timing, after: datetime, schedule_id: uuid.UUID) -> datetime | None:
     """Seed's next_jittered_fire_after_utc: jitter the first base strictly after `after`."""
-    base = _next_base(timing, after)
+    base = _next_base(timing, after, schedule_id)
     return None if base is None else _jittered(timing, base, schedule_id)
 
 
@@ -182,7 +186,7 @@ def _coalesce(timing: Timing, now: datetime, schedule_id: uuid.UUID) -> datetime
     best: datetime | None = None
     cursor = now - timedelta(seconds=timing.max_jitter + 1)
     for _ in range(timing.max_jitter + 2):
-        base = _next_base(timing, cursor)
+        base = _next_base(timing, cursor, schedule_id)
         if base is None or (best is not None and base > best):
             break
         candidate = _jittered(timing, base, schedule_id)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from zoneinfo import available_timezones
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from runledger_beat.cron import Cron, ScheduleError, compile_cron
 
@@ -30,12 +35,16 @@ def fires(expr: str, start: datetime, count: int, day_and: bool = False, tz: str
     ("expr", "start", "expected"),
     [
         ("*/15 * * * *", "2026-03-01T10:07:00", ["2026-03-01T10:15:00", "2026-03-01T10:30:00", "2026-03-01T10:45:00"]),
-        ("5-15/5 3 * * *", "2026-03-01T00:00:00", ["2026-03-01T03:05:00", "2026-03-01T03:10:00", "2026-03-01T03:15:00"]),
+        ("5-15/5 3 * * *", "2026-03-01T00:00:00",
+         ["2026-03-01T03:05:00", "2026-03-01T03:10:00", "2026-03-01T03:15:00"]),
         ("50/5 * * * *", "2026-03-01T10:00:00", ["2026-03-01T10:50:00", "2026-03-01T10:55:00", "2026-03-01T11:50:00"]),
         ("0 9,17 * * *", "2026-03-01T12:00:00", ["2026-03-01T17:00:00", "2026-03-02T09:00:00", "2026-03-02T17:00:00"]),
-        ("0 0 * JAN,jul *", "2026-03-01T00:00:00", ["2026-07-01T00:00:00", "2026-07-02T00:00:00", "2026-07-03T00:00:00"]),
-        ("0 0 1 feb-Mar *", "2026-03-01T00:00:00", ["2027-02-01T00:00:00", "2027-03-01T00:00:00", "2028-02-01T00:00:00"]),
-        ("0 8 * * MON-FRI", "2026-03-06T09:00:00", ["2026-03-09T08:00:00", "2026-03-10T08:00:00", "2026-03-11T08:00:00"]),
+        ("0 0 * JAN,jul *", "2026-03-01T00:00:00",
+         ["2026-07-01T00:00:00", "2026-07-02T00:00:00", "2026-07-03T00:00:00"]),
+        ("0 0 1 feb-Mar *", "2026-03-01T00:00:00",
+         ["2027-02-01T00:00:00", "2027-03-01T00:00:00", "2028-02-01T00:00:00"]),
+        ("0 8 * * MON-FRI", "2026-03-06T09:00:00",
+         ["2026-03-09T08:00:00", "2026-03-10T08:00:00", "2026-03-11T08:00:00"]),
         ("0 0 * * 0", "2026-03-01T00:00:00", ["2026-03-08T00:00:00", "2026-03-15T00:00:00", "2026-03-22T00:00:00"]),
         ("0 0 * * 7", "2026-03-01T00:00:00", ["2026-03-08T00:00:00", "2026-03-15T00:00:00", "2026-03-22T00:00:00"]),
         ("0 0 * * sun", "2026-03-01T00:00:00", ["2026-03-08T00:00:00", "2026-03-15T00:00:00", "2026-03-22T00:00:00"]),
@@ -51,7 +60,8 @@ def fires(expr: str, start: datetime, count: int, day_and: bool = False, tz: str
         ("@annually", "2026-03-01T10:30:00", ["2027-01-01T00:00:00", "2028-01-01T00:00:00", "2029-01-01T00:00:00"]),
         ("0 * * * * *", "2026-03-01T10:30:00", ["2026-03-01T10:31:00", "2026-03-01T10:32:00", "2026-03-01T10:33:00"]),
         ("* * * * * *", "2026-03-01T10:30:00", ["2026-03-01T10:30:01", "2026-03-01T10:30:02", "2026-03-01T10:30:03"]),
-        ("*/20 * * * * *", "2026-03-01T10:30:05", ["2026-03-01T10:30:20", "2026-03-01T10:30:40", "2026-03-01T10:31:00"]),
+        ("*/20 * * * * *", "2026-03-01T10:30:05",
+         ["2026-03-01T10:30:20", "2026-03-01T10:30:40", "2026-03-01T10:31:00"]),
         ("30 0 12 * * *", "2026-03-01T10:30:00", ["2026-03-01T12:00:30", "2026-03-02T12:00:30", "2026-03-03T12:00:30"]),
         ("0 0 ? * MON", "2026-03-01T00:00:00", ["2026-03-02T00:00:00", "2026-03-09T00:00:00", "2026-03-16T00:00:00"]),
     ],
@@ -63,7 +73,9 @@ def test_forms(expr: str, start: str, expected: list[str]) -> None:
 def test_day_fields_are_ored_when_both_restricted() -> None:
     # 13th of the month OR any Friday (2026-03-06 and 2026-03-13 are Fridays).
     got = fires("0 0 13 * FRI", SUNDAY, 4)
-    assert got == [at("2026-03-06T00:00:00"), at("2026-03-13T00:00:00"), at("2026-03-20T00:00:00"), at("2026-03-27T00:00:00")]
+    assert got == [
+        at("2026-03-06T00:00:00"), at("2026-03-13T00:00:00"), at("2026-03-20T00:00:00"), at("2026-03-27T00:00:00"),
+    ]
     got = fires("0 0 1,15 * MON", SUNDAY, 3)
     assert got == [at("2026-03-02T00:00:00"), at("2026-03-09T00:00:00"), at("2026-03-15T00:00:00")]
 
@@ -124,3 +136,56 @@ def test_parse_errors(expr: str, reason: str) -> None:
     assert info.value.field == "cron"
     assert info.value.reason == reason
     assert str(info.value) == f"cron: {reason}"
+
+
+# ---------------------------------------------------------------------------
+# Bounded search: no expression, zone and instant makes next_after run long
+
+CALL_LIMIT_SECONDS = 0.5  # generous for a loaded 2-core machine; typical calls take microseconds
+ZONES = sorted(available_timezones())
+
+
+def _field(low: int, high: int, day: str | None = None) -> st.SearchStrategy[str]:
+    """One cron field: wildcard, step, number, range, list, H forms, and the day extensions."""
+    number = st.integers(low, high)
+    plain = st.one_of(
+        st.just("*"),
+        st.builds("*/{}".format, st.integers(1, high + 1)),
+        number.map(str),
+        st.tuples(number, number).map(lambda p: f"{min(p)}-{max(p)}"),
+        st.tuples(number, number, st.integers(1, 9)).map(lambda p: f"{min(p[:2])}-{max(p[:2])}/{p[2]}"),
+        st.lists(number, min_size=2, max_size=4).map(lambda v: ",".join(map(str, v))),
+        st.sampled_from(["H", f"H({low}-{high})", "H/7", f"H({low}-{low + 1})/2"]),
+    )
+    if day == "dom":
+        return st.one_of(plain, st.sampled_from(["L", "LW", "1W", "15W", "31W", "L,15"]))
+    if day == "dow":
+        return st.one_of(plain, st.sampled_from(["5L", "0L", "1#1", "6#5", "0#2", "1#5,3"]))
+    return plain
+
+
+EXPRESSIONS = st.one_of(
+    st.tuples(_field(0, 59), _field(0, 23), _field(1, 31, "dom"), _field(1, 12), _field(0, 7, "dow")),
+    st.tuples(_field(0, 59), _field(0, 59), _field(0, 23), _field(1, 31, "dom"), _field(1, 12), _field(0, 7, "dow")),
+).map(" ".join)
+INSTANTS = st.one_of(
+    st.datetimes(datetime(1900, 1, 1), datetime(2100, 1, 1), timezones=st.just(UTC)),
+    st.datetimes(datetime(2025, 1, 1), datetime(2036, 1, 1), timezones=st.just(UTC)),
+    st.sampled_from([datetime(1, 1, 2, tzinfo=UTC), datetime(9999, 12, 30, tzinfo=UTC)]),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(expr=EXPRESSIONS, zone_name=st.sampled_from(ZONES), t=INSTANTS, day_and=st.booleans())
+def test_next_after_is_bounded(expr: str, zone_name: str, t: datetime, day_and: bool) -> None:
+    try:
+        cron = Cron(expr, zone_name, day_and, hash_id=uuid.UUID(int=7))
+    except ScheduleError:
+        return
+    began = time.perf_counter()
+    fire = cron.next_after(t)
+    elapsed = time.perf_counter() - began
+    assert elapsed < CALL_LIMIT_SECONDS, f"{expr!r} in {zone_name} after {t}: {elapsed:.3f} s"
+    if fire is not None:
+        assert fire > t
+        assert cron.next_after(fire - timedelta(microseconds=1)) == fire  # a fire is found from just before it

@@ -4,6 +4,12 @@ cronsim is a test-only oracle.  Its local aware results are converted to UTC and
 compared with Cron.next_after stepped from the previous fire.  Stepped ranges
 with equal ends ("21-21/2") are left out of the random set: cronsim reads them
 as "21/2" (21, 23), Vixie cron and this engine as just 21.
+
+cronsim steps hours by 3,600 s of real time, so in a zone whose transition is
+not on the hour (Lord Howe's 30-minute shift) it drifts off the wall-clock
+hours for wildcard jobs (it skips existing matches on both sides of the
+shift); those cases are judged by the brute-force Debian oracle in
+tests/test_cron_oracle.py instead and skipped here.
 """
 
 from __future__ import annotations
@@ -73,8 +79,19 @@ def random_expressions(seed: int, count: int = 300) -> list[str]:
     return out
 
 
+HALF_HOUR_SHIFT_ZONES = {"Australia/Lord_Howe"}
+
+
+def cronsim_drifts(expr: str, zone_name: str) -> bool:
+    """A wildcard job in a zone whose shift is not whole hours (cronsim is off there)."""
+    minute, hour = expr.split()[:2]
+    return zone_name in HALF_HOUR_SHIFT_ZONES and (minute.startswith("*") or hour.startswith("*"))
+
+
 def compare(expr: str, zone_name: str, centre: datetime) -> None:
-    """Fires from centre - 1 day to centre + 1 day agree with cronsim."""
+    """Fires from centre - 1 day to centre + 1 day agree with cronsim (where cronsim follows Debian)."""
+    if cronsim_drifts(expr, zone_name):
+        return
     tz = ZoneInfo(zone_name)
     start, stop = centre - timedelta(days=1), centre + timedelta(days=1)
     oracle = CronSim(expr, start.astimezone(tz))
@@ -144,3 +161,22 @@ def test_lord_howe_half_hour_gap() -> None:
     got = Cron("15 2 * * *", "Australia/Lord_Howe").next_after(datetime(2026, 10, 3, 12, 0, tzinfo=UTC))
     local = got.astimezone(ZoneInfo("Australia/Lord_Howe"))
     assert (local.date(), local.hour, local.minute) == (date(2026, 10, 4), 2, 30)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("expr", "zone_name", "after", "expected"),
+    [
+        # Chatham falls back at 03:45 to 02:45: 03:00-03:44 is repeated and the walk used to cycle.
+        ("* 3 * * *", "Pacific/Chatham", "2027-04-03T14:00:00Z", "2027-04-03T14:15:00Z"),
+        ("*/15 3 * * *", "Pacific/Chatham", "2026-04-04T13:00:00Z", "2026-04-04T13:15:00Z"),
+        # Lord Howe's 30-minute shift: 19:00 local stays 19:00 local.
+        ("* 19 * * *", "Australia/Lord_Howe", "2026-04-04T14:00:00Z", "2026-04-05T08:30:00Z"),
+        # Havana springs forward at midnight: 01:00 exists that Sunday.
+        ("* 1 * * 7", "America/Havana", "2025-03-08T01:00:00Z", "2025-03-09T05:00:00Z"),
+    ],
+)
+def test_issue_12_examples_follow_debian(expr: str, zone_name: str, after: str, expected: str) -> None:
+    """Debian's answers (the oracle's too); each used to hang or come out wrong."""
+    got = Cron(expr, zone_name).next_after(datetime.fromisoformat(after.replace("Z", "+00:00")))
+    assert got == datetime.fromisoformat(expected.replace("Z", "+00:00"))

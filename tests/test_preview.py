@@ -10,9 +10,12 @@ from runledger_beat.preview import preview_command
 
 
 def test_json_cron(capsys: pytest.CaptureFixture[str]) -> None:
-    code = preview_command(["--cron", "0 9 * * *", "--tz", "Europe/Paris", "--after", "2026-03-28T12:00:00Z", "--count", "3", "--json"])
+    code = preview_command(
+        ["--cron", "0 9 * * *", "--tz", "Europe/Paris", "--after", "2026-03-28T12:00:00Z", "--count", "3", "--json"]
+    )
     assert code == 0
-    assert json.loads(capsys.readouterr().out) == ["2026-03-29T07:00:00Z", "2026-03-30T07:00:00Z", "2026-03-31T07:00:00Z"]
+    expected = ["2026-03-29T07:00:00Z", "2026-03-30T07:00:00Z", "2026-03-31T07:00:00Z"]
+    assert json.loads(capsys.readouterr().out) == expected
 
 
 def test_json_interval_with_jitter(capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,7 +29,9 @@ def test_json_interval_with_jitter(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_table(capsys: pytest.CaptureFixture[str]) -> None:
-    code = preview_command(["--cron", "30 2 * * *", "--tz", "America/New_York", "--after", "2026-03-07T00:00:00Z", "--count", "2"])
+    code = preview_command(
+        ["--cron", "30 2 * * *", "--tz", "America/New_York", "--after", "2026-03-07T00:00:00Z", "--count", "2"]
+    )
     assert code == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["#", "UTC", "local", "(America/New_York)"]
