@@ -137,8 +137,9 @@ def test_a_fire_the_broker_keeps_refusing_is_dead_lettered_and_never_starves_oth
         (row,) = ledger(db, poison)
         assert row["status"] == "pending" and row["dispatch_attempts"] == 1
         assert "NotFound" in row["last_error"]
+        # the grace and the back-off have passed
         db.execute("UPDATE jobs SET last_attempt_at = now() - interval '1 hour',"
-                   " created_at = now() - interval '1 hour', scheduled_for = scheduled_for - interval '1 hour'")  # the grace and the back-off have passed
+                   " created_at = now() - interval '1 hour', scheduled_for = scheduled_for - interval '1 hour'")
         good = insert_schedule(db, "good", cron="0 0 1 1 *")
         pipeline._next_sweep = 0
         pipeline.run_once()
