@@ -229,6 +229,39 @@ def cmd_stats(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 
+def cmd_beats(args: argparse.Namespace, dsn: str) -> int:
+    from .store import Store
+    with connect(dsn, args.schema, autocommit=True, application_name="runledger_beat.cli") as conn:
+        rows = Store(conn).beats()
+    lines = [f"{r['host']}\tpid={r['pid']}\tv{r['version']}\tstarted={format_rfc3339(r['started_at'])}"
+             f"\tlast_tick={r['age_seconds']:.1f}s ago" + ("\tpreparing" if r["preparing"] else "") + f"\t{r['id']}"
+             for r in rows]
+    _emit(args, rows, "\n".join(lines) or "no beats")
+    return 0
+
+
+def cmd_health(args: argparse.Namespace, dsn: str) -> int:
+    from .store import Store
+    try:
+        with connect(dsn, args.schema, autocommit=True, connect_timeout=max(1, int(args.max_age)),
+                     application_name="runledger_beat.health") as conn:
+            row = Store(conn).freshest_beat()
+    except psycopg.Error as exc:
+        row = {"beats": 0, "age_seconds": None, "error": safe_error(exc, dsn)}
+    age = row["age_seconds"]
+    healthy = age is not None and age <= args.max_age
+    if healthy:
+        text = f"ok: a beat ticked {age:.1f}s ago ({row['beats']} beat(s) registered)"
+    elif row.get("error"):
+        text = f"unhealthy: database {redact_dsn(dsn)}: {row['error']}"
+    elif age is None:
+        text = "unhealthy: no beat has registered"
+    else:
+        text = f"unhealthy: the freshest beat ticked {age:.1f}s ago (more than {args.max_age:g}s)"
+    _emit(args, dict(row, healthy=healthy, max_age=args.max_age), text)
+    return 0 if healthy else 1
+
+
 def cmd_preview(args: argparse.Namespace, dsn: str) -> int:
     from .preview import run_preview
     return run_preview(args)
@@ -299,6 +332,8 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "resume": "start a paused schedule again from now", "remove": "delete a schedule (its ledger stays)",
         "trigger": "fire a schedule now, out of band", "history": "latest ledger rows of a schedule",
         "sync": "import a Celery app's beat_schedule", "stats": "per-schedule counts and lag percentiles",
+        "beats": "the running beats: host, pid, version, last tick",
+        "health": "exit 0 when some beat ticked recently, else 1 (for probes)",
         "preview": "the next fires of a timing (no database needed)",
         "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
     parsers = {}
@@ -326,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["history"].add_argument("--status", help="only rows of this status")
     p["stats"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["stats"].add_argument("--since", metavar="DURATION", help="only fires scheduled within this long ago (1h, 7d)")
+    p["health"].add_argument("--max-age", type=float, default=30.0, metavar="SECONDS",
+                             help="healthy when some beat ticked within this many seconds (default 30)")
     add_preview_arguments(p["preview"])
     p["demo"].add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
     return parser

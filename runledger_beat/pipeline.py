@@ -31,7 +31,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
+import os
+import socket
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +42,7 @@ from typing import Any
 
 import psycopg
 
+from . import __version__
 from .backoff import Backoff
 from .db import connect, safe_error
 from .dispatch import Dispatcher
@@ -61,6 +65,10 @@ SWEEP_LIMIT = 1000
 WAKE_MARGIN = 0.002
 #: How soon to look again when due rows are locked by another beat.
 CONTENDED_RETRY = 0.05
+#: A beat's row in the beats table is refreshed at most this often (seconds).
+BEAT_TICK_EVERY = 1.0
+#: Rows of beats silent this long (seconds) are pruned by any beat.
+BEAT_STALE_AFTER = 3600.0
 
 
 @dataclass
@@ -92,6 +100,10 @@ class FirePipeline:
         self._next_sweep = 0.0
         self.db_backoff = Backoff("Postgres")
         self.broker_backoff = Backoff("broker")
+        self.beat_id = uuid.uuid4()    # this beat's row in the beats table
+        self._next_beat_tick = 0.0
+        self._beat_row = False         # whether the row was written (and so is removed at close)
+        self._beats_table = True       # False once the table turned out to be missing (an unmigrated schema)
 
     # -- hooks for subclasses ------------------------------------------------------
 
@@ -157,6 +169,7 @@ class FirePipeline:
             self._settle(wait=True)  # every confirm in before beat sleeps
             if time.monotonic() >= self._next_sweep:
                 self._sweep()
+            self._beat_tick()
             due = None if self.prepared is not None else self.ledger.seconds_until_due(self.settings.lookahead)
             self.db_backoff.succeeded()
         except psycopg.Error as exc:  # lost connection, or a statement the server refused: start afresh
@@ -244,6 +257,22 @@ class FirePipeline:
             due = [item for _, _, item in self._held[:cut]]
             del self._held[:cut]
             self._publish(due, wait=False)
+
+    def _beat_tick(self) -> None:
+        """Refresh this beat's row (at most once per BEAT_TICK_EVERY, on the autocommit ledger connection,
+        after the fires are settled, so it never delays a commit); prune beats silent for an hour."""
+        now = time.monotonic()
+        if now < self._next_beat_tick or not self._beats_table:
+            return
+        self._next_beat_tick = now + BEAT_TICK_EVERY
+        try:
+            self.ledger.beat_tick(self.beat_id, socket.gethostname(), os.getpid(), __version__,
+                                  self.prepared is not None, BEAT_STALE_AFTER)
+            self._beat_row = True
+        except psycopg.errors.UndefinedTable:
+            self._beats_table = False
+            log.warning("runledger: no beats table in schema %s (run `runledger-beat migrate`); "
+                        "this beat stays invisible to `runledger-beat beats` and `health`", self.settings.schema)
 
     def _wait_for(self, due: float | None) -> float:
         """Seconds to sleep: until the next held fire, the prepared commit, or the next cursor."""
@@ -357,6 +386,9 @@ class FirePipeline:
                             "of any beat publishes them", len(self._held))
             if self.connected:
                 self._settle(wait=True)
+            if self.connected and self._beat_row:
+                self.ledger.beat_remove(self.beat_id)
+                self._beat_row = False
         except (psycopg.Error, OSError) as exc:
             log.warning("runledger: shutdown could not publish everything (%s); the recovery sweep will",
                         safe_error(exc, self.settings.dsn))

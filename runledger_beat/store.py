@@ -188,6 +188,33 @@ class Store:
         """Per schedule: counts by status and lag percentiles."""
         return self._all(queries.job_stats, {"name": name, "since": since_seconds})
 
+    # -- operations (beats, metrics, health) ------------------------------------------
+
+    def beat_tick(self, beat_id: uuid.UUID, host: str, pid: int, version: str, preparing: bool,
+                  stale_after: float) -> None:
+        """Upsert this beat's row (stamped by the database clock); prune beats silent for ``stale_after`` s."""
+        self.conn.execute(queries.beat_tick, {"id": beat_id, "host": host, "pid": pid, "version": version,
+                                              "preparing": preparing, "stale": float(stale_after)})
+
+    def beat_remove(self, beat_id: uuid.UUID) -> None:
+        """Drop this beat's row (clean shutdown)."""
+        self.conn.execute(queries.beat_remove, {"id": beat_id})
+
+    def beats(self) -> list[dict]:
+        """Every beat's row with ``age_seconds`` since its last tick, freshest first."""
+        return self._all(queries.beats_list)
+
+    def freshest_beat(self) -> dict:
+        """{"beats": how many rows, "age_seconds": since the freshest tick, None when there is none}."""
+        return self._one(queries.beats_freshest)
+
+    def operation_gauges(self) -> dict[str, int]:
+        """{"due", "pending", "quarantined"}: schedules due now, unpublished ledger rows, quarantined schedules
+        (0 while job_schedules has no quarantined_at column)."""
+        row = self._one(queries.metrics_gauges)
+        quarantined = self._one(queries.metrics_quarantined)["n"] if row["has_quarantine"] else 0
+        return {"due": int(row["due"]), "pending": int(row["pending"]), "quarantined": int(quarantined)}
+
     # -- the demo --------------------------------------------------------------------
 
     def demo_setup(self, schedules: Sequence[tuple[str, str, int]]) -> None:

@@ -1,0 +1,43 @@
+-- Operating it: the beats table, metrics gauges, health and doctor checks.
+-- Named statements as in queries.sql (see runledger_beat/queries.py).
+
+-- beat_tick --
+-- A beat is alive: upsert its row (the database clock stamps the tick) and prune rows of beats silent for %(stale)s s.
+WITH pruned AS (
+    DELETE FROM beats
+     WHERE last_tick_at < statement_timestamp() - make_interval(secs => %(stale)s::float8) AND id <> %(id)s
+)
+INSERT INTO beats (id, host, pid, version, started_at, last_tick_at, preparing)
+VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, statement_timestamp(), statement_timestamp(), %(preparing)s)
+ON CONFLICT (id) DO UPDATE
+   SET last_tick_at = excluded.last_tick_at, preparing = excluded.preparing;
+
+-- beat_remove --
+-- A beat shut down cleanly: drop its row.
+DELETE FROM beats WHERE id = %(id)s;
+
+-- beats_list --
+-- Every beat's row with the seconds since its last tick (database clock), freshest first.
+SELECT id, host, pid, version, started_at, last_tick_at, preparing,
+       extract(epoch FROM statement_timestamp() - last_tick_at)::float8 AS age_seconds
+  FROM beats
+ ORDER BY last_tick_at DESC, host, pid;
+
+-- beats_freshest --
+-- How many beats have a row, and the seconds since the freshest one ticked (NULL when none).
+SELECT count(*) AS beats,
+       extract(epoch FROM statement_timestamp() - max(last_tick_at))::float8 AS age_seconds
+  FROM beats;
+
+-- metrics_gauges --
+-- The metrics gauges in one cheap statement (partial indexes): schedules due now, ledger rows waiting to be
+-- published, and whether job_schedules has a quarantined_at column yet (added by a later migration).
+SELECT (SELECT count(*) FROM job_schedules WHERE is_active AND next_fire_at <= statement_timestamp()) AS due,
+       (SELECT count(*) FROM jobs WHERE status = 'pending') AS pending,
+       EXISTS (SELECT 1 FROM pg_attribute
+                WHERE attrelid = to_regclass('job_schedules') AND attname = 'quarantined_at'
+                  AND NOT attisdropped) AS has_quarantine;
+
+-- metrics_quarantined --
+-- Schedules quarantined after repeated failures (run only when metrics_gauges found the column).
+SELECT count(*) AS n FROM job_schedules WHERE quarantined_at IS NOT NULL;
