@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import uuid
 from collections.abc import Callable
@@ -245,7 +246,7 @@ def cmd_health(args: argparse.Namespace, dsn: str) -> int:
     try:
         with connect(dsn, args.schema, autocommit=True, connect_timeout=max(1, int(args.max_age)),
                      application_name="runledger_beat.health") as conn:
-            row = Store(conn).freshest_beat()
+            row = Store(conn).freshest_beat(socket.gethostname() if args.this_host else None)
     except psycopg.Error as exc:
         row = {"beats": 0, "age_seconds": None, "error": safe_error(exc, dsn)}
     age = row["age_seconds"]
@@ -255,7 +256,7 @@ def cmd_health(args: argparse.Namespace, dsn: str) -> int:
     elif row.get("error"):
         text = f"unhealthy: database {redact_dsn(dsn)}: {row['error']}"
     elif age is None:
-        text = "unhealthy: no beat has registered"
+        text = "unhealthy: no beat has registered" + (" on this host" if args.this_host else "")
     else:
         text = f"unhealthy: the freshest beat ticked {age:.1f}s ago (more than {args.max_age:g}s)"
     _emit(args, dict(row, healthy=healthy, max_age=args.max_age), text)
@@ -363,6 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["stats"].add_argument("--since", metavar="DURATION", help="only fires scheduled within this long ago (1h, 7d)")
     p["health"].add_argument("--max-age", type=float, default=30.0, metavar="SECONDS",
                              help="healthy when some beat ticked within this many seconds (default 30)")
+    p["health"].add_argument("--this-host", action="store_true",
+                             help="count only beats on this host (a pod's own beat, for a liveness probe)")
     add_preview_arguments(p["preview"])
     p["demo"].add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
     return parser

@@ -204,9 +204,10 @@ class Store:
         """Every beat's row with ``age_seconds`` since its last tick, freshest first."""
         return self._all(queries.beats_list)
 
-    def freshest_beat(self) -> dict:
-        """{"beats": how many rows, "age_seconds": since the freshest tick, None when there is none}."""
-        return self._one(queries.beats_freshest)
+    def freshest_beat(self, host: str | None = None) -> dict:
+        """{"beats": how many rows (of ``host`` only, when given), "age_seconds": since the freshest tick,
+        None when there is none}."""
+        return self._one(queries.beats_freshest, {"host": host})
 
     def operation_gauges(self) -> dict[str, int]:
         """{"due", "pending", "quarantined"}: schedules due now, unpublished ledger rows, quarantined schedules

@@ -121,3 +121,13 @@ def test_health_max_age_catches_a_killed_beat_and_an_unreachable_database(db, pg
     assert stale.returncode == 1 and json.loads(stale.stdout)["healthy"] is False
     down = _cli("--dsn", "postgresql://postgres@127.0.0.1:1/none", "health", "--max-age", "1")
     assert down.returncode == 1 and down.stdout.startswith("unhealthy: database")
+
+
+def test_health_this_host_counts_only_beats_of_this_host(db, pg_dsn, schema):
+    db.execute("INSERT INTO beats (id, host, pid, version) VALUES (gen_random_uuid(), 'elsewhere', 7, '9.9')")
+    base = ["--dsn", pg_dsn, "--schema", schema, "health"]
+    assert _cli(*base).returncode == 0
+    here = _cli(*base, "--this-host")
+    assert here.returncode == 1 and here.stdout.strip() == "unhealthy: no beat has registered on this host"
+    db.execute("UPDATE beats SET host = %s", (socket.gethostname(),))
+    assert _cli(*base, "--this-host").returncode == 0

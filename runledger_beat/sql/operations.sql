@@ -24,10 +24,11 @@ SELECT id, host, pid, version, started_at, last_tick_at, preparing,
  ORDER BY last_tick_at DESC, host, pid;
 
 -- beats_freshest --
--- How many beats have a row, and the seconds since the freshest one ticked (NULL when none).
+-- How many beats have a row (on host %(host)s, when given), and the seconds since the freshest one ticked.
 SELECT count(*) AS beats,
        extract(epoch FROM statement_timestamp() - max(last_tick_at))::float8 AS age_seconds
-  FROM beats;
+  FROM beats
+ WHERE %(host)s::text IS NULL OR host = %(host)s::text;
 
 -- metrics_gauges --
 -- The metrics gauges in one cheap statement (partial indexes): schedules due now, ledger rows waiting to be
