@@ -43,6 +43,7 @@ from typing import Any
 import psycopg
 
 from . import __version__
+from . import metrics as metrics_module
 from .backoff import Backoff
 from .db import connect, safe_error
 from .dispatch import Dispatcher
@@ -84,7 +85,8 @@ class Prepared:
 class FirePipeline:
     """Claims, records, commits and publishes the fires of one beat; see the module docstring."""
 
-    def __init__(self, app: Any, settings: Settings, max_wait: float = 5.0) -> None:
+    def __init__(self, app: Any, settings: Settings, max_wait: float = 5.0,
+                 metrics: metrics_module.NoMetrics | None = None) -> None:
         self.app = app
         self.settings = settings
         self.max_wait = max_wait
@@ -104,6 +106,9 @@ class FirePipeline:
         self._next_beat_tick = 0.0
         self._beat_row = False         # whether the row was written (and so is removed at close)
         self._beats_table = True       # False once the table turned out to be missing (an unmigrated schema)
+        self.metrics = metrics_module.from_settings(settings) if metrics is None else metrics
+        self._instants: dict[Any, datetime] = {}  # fire id -> scheduled_for while in flight (only with metrics)
+        self._next_gauges = 0.0
 
     # -- hooks for subclasses ------------------------------------------------------
 
@@ -170,6 +175,8 @@ class FirePipeline:
             if time.monotonic() >= self._next_sweep:
                 self._sweep()
             self._beat_tick()
+            if self.metrics.enabled:
+                self._refresh_metrics()
             due = None if self.prepared is not None else self.ledger.seconds_until_due(self.settings.lookahead)
             self.db_backoff.succeeded()
         except psycopg.Error as exc:  # lost connection, or a statement the server refused: start afresh
@@ -202,6 +209,9 @@ class FirePipeline:
             self._clock_offset = result.clock_offset
         if prepared is None:
             self._contended = result.claimed == 0
+        if self.metrics.enabled:
+            self.metrics.fired("skipped", result.skipped)
+            self.metrics.fired("deferred", result.deferred)
         if result.fires:
             self._add_prepared(result.fires)
         if self.prepared is None:
@@ -248,6 +258,7 @@ class FirePipeline:
                 self._held_seq += 1
                 bisect.insort(self._held, (at, self._held_seq, item))
         if skipped:
+            self.metrics.fired("skipped", len(skipped))
             log.info("runledger: skipped %d fire(s): previous run still queued or running", len(skipped))
         self._publish(due, wait=False)
 
@@ -273,6 +284,24 @@ class FirePipeline:
             self._beats_table = False
             log.warning("runledger: no beats table in schema %s (run `runledger-beat migrate`); "
                         "this beat stays invisible to `runledger-beat beats` and `health`", self.settings.schema)
+
+    def _refresh_metrics(self) -> None:
+        """Mark the tick; every GAUGE_REFRESH seconds read the gauges (one statement, ledger connection)."""
+        self.metrics.ticked()
+        now = time.monotonic()
+        if now >= self._next_gauges:
+            self._next_gauges = now + metrics_module.GAUGE_REFRESH
+            self.metrics.gauges(**self.ledger.operation_gauges())
+
+    def _observe_sent(self, fire_ids: list, confirmed_at: float) -> None:
+        """Count confirmed fires and observe their lag from their instant to ``confirmed_at`` (local clock,
+        converted to the database's)."""
+        self.metrics.fired("sent", len(fire_ids))
+        now = confirmed_at + self._clock_offset
+        for fire_id in fire_ids:
+            instant = self._instants.pop(fire_id, None)
+            if instant is not None:
+                self.metrics.lag(now - instant.timestamp())
 
     def _wait_for(self, due: float | None) -> float:
         """Seconds to sleep: until the next held fire, the prepared commit, or the next cursor."""
@@ -305,6 +334,8 @@ class FirePipeline:
             return
         if log.isEnabledFor(logging.INFO):
             self._log_sending(outgoing)
+        if self.metrics.enabled:
+            self._instants.update((o.fire.id, o.fire.scheduled_for) for o in outgoing if o.fire.scheduled_for)
         self.dispatcher.send(outgoing)
         self._settle(wait)
 
@@ -321,8 +352,11 @@ class FirePipeline:
         if result.sent:
             for fire_id in result.sent:
                 self._backlog.pop(fire_id, None)
+            confirmed_at = time.time()
             self.after_publish()
             self.ledger.mark_sent(result.sent)
+            if self.metrics.enabled:
+                self._observe_sent(result.sent, confirmed_at)
         if result.error is not None:
             self.broker_backoff.failed(safe_error(result.error))
         elif result.sent:
@@ -349,6 +383,11 @@ class FirePipeline:
             log.warning("runledger: publishing %d fire(s) failed (%s); the recovery sweep will retry",
                         len(fires), error)
         self.ledger.mark_publish_failed([f.id for f in fires], error)
+        if self.metrics.enabled:
+            self.metrics.fired("failed", len(fires))
+            self.metrics.publish_failed()
+            for fire in fires:
+                self._instants.pop(fire.id, None)
 
     def _publish_backlog(self) -> None:
         if self._backlog and not self.broker_backoff.active:
@@ -393,5 +432,7 @@ class FirePipeline:
             log.warning("runledger: shutdown could not publish everything (%s); the recovery sweep will",
                         safe_error(exc, self.settings.dsn))
         self._held = []
+        self._instants.clear()
         self.close_connections()
         self.dispatcher.close()
+        self.metrics.close()

@@ -30,6 +30,8 @@ _DEFAULTS: dict[str, Any] = {
     "runledger_send_sent_events": None,  # None: follow Celery's task_send_sent_event
     "runledger_import_beat_schedule": True,
     "runledger_lost_after": 3600.0,
+    "runledger_metrics_port": None,  # None: no metrics server
+    "runledger_metrics_host": "127.0.0.1",
 }
 
 
@@ -50,6 +52,8 @@ class Settings:
     send_sent_events: bool
     import_beat_schedule: bool
     lost_after: float
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
 
 def _get(conf: Any, key: str) -> Any:
@@ -85,6 +89,22 @@ def _sent_events(conf: Any) -> bool:
     return bool(value)
 
 
+def _metrics_port(conf: Any) -> int | None:
+    if _get(conf, "runledger_metrics_port") is None:
+        return None
+    port = _number(conf, "runledger_metrics_port", int, 0)
+    if port > 65535:
+        raise ConfigError(f"runledger_metrics_port: a TCP port is at most 65535, got {port!r}")
+    return port
+
+
+def _metrics_host(conf: Any) -> str:
+    value = _get(conf, "runledger_metrics_host")
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"runledger_metrics_host: expected a host name or address, got {value!r}")
+    return value.strip()
+
+
 def dsn_from(conf: Any) -> str | None:
     """The DSN from runledger_dsn, else the RUNLEDGER_DSN environment variable."""
     return conf.get("runledger_dsn") or conf.get("RUNLEDGER_DSN") or os.environ.get("RUNLEDGER_DSN") or None
@@ -110,4 +130,6 @@ def load(conf: Any) -> Settings:
         send_sent_events=bool(_sent_events(conf)),
         import_beat_schedule=bool(_get(conf, "runledger_import_beat_schedule")),
         lost_after=_number(conf, "runledger_lost_after", float, 1),
+        metrics_port=_metrics_port(conf),
+        metrics_host=_metrics_host(conf),
     )
