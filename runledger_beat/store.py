@@ -216,6 +216,15 @@ class Store:
         quarantined = self._one(queries.metrics_quarantined)["n"] if row["has_quarantine"] else 0
         return {"due": int(row["due"]), "pending": int(row["pending"]), "quarantined": int(quarantined)}
 
+    def claim_due_at(self, at: datetime, limit: int) -> list[dict]:
+        """Lock schedules due by ``at`` with ``db_now`` = ``at`` (testing.run_due: a pass at a chosen clock)."""
+        return self._all(queries.testing_claim_due_at, {"at": at, "limit": limit})
+
+    def slot_jobs(self, schedule_ids: Sequence[uuid.UUID], scheduled_fors: Sequence[datetime]) -> list[dict]:
+        """The fires' ledger rows of these (schedule id, slot) pairs, in slot order."""
+        return self._all(queries.testing_jobs, {"schedule_ids": list(schedule_ids),
+                                                "scheduled_fors": list(scheduled_fors)})
+
     # -- the demo --------------------------------------------------------------------
 
     def demo_setup(self, schedules: Sequence[tuple[str, str, int]]) -> None:

@@ -42,3 +42,25 @@ SELECT (SELECT count(*) FROM job_schedules WHERE is_active AND next_fire_at <= s
 -- metrics_quarantined --
 -- Schedules quarantined after repeated failures (run only when metrics_gauges found the column).
 SELECT count(*) AS n FROM job_schedules WHERE quarantined_at IS NOT NULL;
+
+-- testing_claim_due_at --
+-- runledger_beat.testing.run_due: lock up to %(limit)s schedules due by %(at)s, as if the database clock read
+-- %(at)s (it is returned as db_now, which planning judges by); rows another session holds are skipped.
+SELECT s.id, s.name, s.job_type, s.organization_id, s.payload_template, s.kind,
+       s.cron_expr, s.cron_day_and, s.interval_seconds, s.run_at, s.anchor_at,
+       s.timezone, s.next_fire_at, s.max_jitter_seconds, s.options,
+       s.misfire_policy, s.misfire_grace_seconds, s.overlap_policy,
+       s.start_at, s.end_at,
+       %(at)s::timestamptz AS db_now
+  FROM job_schedules s
+ WHERE s.is_active AND s.next_fire_at <= %(at)s::timestamptz
+ ORDER BY s.next_fire_at
+ LIMIT %(limit)s
+   FOR UPDATE OF s SKIP LOCKED;
+
+-- testing_jobs --
+-- runledger_beat.testing.run_due: the ledger rows of these (schedule, slot) pairs, in slot order.
+SELECT j.* FROM jobs j
+  JOIN unnest(%(schedule_ids)b::uuid[], %(scheduled_fors)b::timestamptz[]) AS p(schedule_id, scheduled_for)
+    ON j.schedule_id = p.schedule_id AND j.scheduled_for = p.scheduled_for AND j.stage = 'scheduled'
+ ORDER BY j.scheduled_for, j.schedule_name, j.id;
