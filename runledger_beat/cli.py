@@ -22,6 +22,9 @@ stderr, nothing written); 1 runtime failure (one line, never the password).
 - remove: {"removed": name}; migrate: {"applied": [file, ...]};
   sync: {"created", "updated", "unchanged", "deactivated", "errors": {name: text}};
   stats: [{"name", "total", "counts", "send_lag_p50", ...}]; preview: [time, ...]
+- beats: [{"id", "host", "pid", "version", "started_at", "last_tick_at", "preparing", "age_seconds"}]
+- health: {"healthy", "beats", "age_seconds", "max_age"} (exit 1 when not healthy)
+- doctor: {"ok", "checks": [{"name", "verdict", "detail"}]} (verdict ok / warn / FAIL; exit 1 on a FAIL)
 """
 
 from __future__ import annotations
@@ -263,6 +266,14 @@ def cmd_health(args: argparse.Namespace, dsn: str) -> int:
     return 0 if healthy else 1
 
 
+def cmd_doctor(args: argparse.Namespace, dsn: str) -> int:
+    from .doctor import as_json, diagnose
+    checks = diagnose(dsn, args.schema, _load_app(args.app) if args.app else None)
+    report = as_json(checks)
+    _emit(args, report, "\n".join(c.line() for c in checks))
+    return 0 if report["ok"] else 1
+
+
 def cmd_preview(args: argparse.Namespace, dsn: str) -> int:
     from .preview import run_preview
     return run_preview(args)
@@ -335,6 +346,7 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "sync": "import a Celery app's beat_schedule", "stats": "per-schedule counts and lag percentiles",
         "beats": "the running beats: host, pid, version, last tick",
         "health": "exit 0 when some beat ticked recently, else 1 (for probes)",
+        "doctor": "check database, schema, privileges, clock, LISTEN, workers and (with --app) the broker",
         "preview": "the next fires of a timing (no database needed)",
         "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
     parsers = {}

@@ -225,6 +225,36 @@ class Store:
         return self._all(queries.testing_jobs, {"schedule_ids": list(schedule_ids),
                                                 "scheduled_fors": list(scheduled_fors)})
 
+    def doctor_schema(self, schema: str) -> dict:
+        """{"present", "usage", "migrations_table"} of ``schema`` for this role."""
+        return self._one(queries.doctor_schema, {"schema": schema})
+
+    def applied_migrations(self) -> list[int]:
+        """Versions recorded in schema_migrations."""
+        return [r["version"] for r in self._all(queries.applied_migrations)]
+
+    def table_privileges(self, schema: str, tables: Sequence[str]) -> list[dict]:
+        """Per table: present, can_select, can_insert, can_update, can_delete (None when absent)."""
+        return self._all(queries.doctor_privileges, {"schema": schema, "tables": list(tables)})
+
+    def db_clock(self) -> datetime:
+        """The database's clock_timestamp()."""
+        return self._one(queries.doctor_clock)["now"]
+
+    def listen_round_trip(self, timeout: float) -> bool:
+        """LISTEN, NOTIFY ourselves, and whether the notification arrived within ``timeout`` s (autocommit)."""
+        token = uuid.uuid4().hex
+        self.conn.execute(queries.doctor_listen)
+        try:
+            self.conn.execute(queries.doctor_notify, {"token": token})
+            return any(n.payload == token for n in self.conn.notifies(timeout=timeout, stop_after=1))
+        finally:
+            self.conn.execute(queries.doctor_unlisten)
+
+    def recent_start(self) -> datetime | None:
+        """The latest started_at within the last hour (a worker hook at work), else None."""
+        return self._one(queries.doctor_recent_start)["started_at"]
+
     # -- the demo --------------------------------------------------------------------
 
     def demo_setup(self, schedules: Sequence[tuple[str, str, int]]) -> None:

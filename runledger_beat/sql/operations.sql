@@ -64,3 +64,44 @@ SELECT j.* FROM jobs j
   JOIN unnest(%(schedule_ids)b::uuid[], %(scheduled_fors)b::timestamptz[]) AS p(schedule_id, scheduled_for)
     ON j.schedule_id = p.schedule_id AND j.scheduled_for = p.scheduled_for AND j.stage = 'scheduled'
  ORDER BY j.scheduled_for, j.schedule_name, j.id;
+
+-- doctor_schema --
+-- runledger-beat doctor: does the schema exist, may this role use it, and does it hold the migrations table.
+SELECT n.oid IS NOT NULL AS present,
+       CASE WHEN n.oid IS NOT NULL THEN has_schema_privilege(n.oid, 'USAGE') END AS usage,
+       EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'schema_migrations')
+           AS migrations_table
+  FROM (SELECT %(schema)s::text AS name) s
+  LEFT JOIN pg_namespace n ON n.nspname = s.name;
+
+-- doctor_privileges --
+-- runledger-beat doctor: for each of %(tables)s in the schema, whether it exists and what this role may do with it.
+SELECT t.name, c.oid IS NOT NULL AS present,
+       CASE WHEN c.oid IS NOT NULL THEN has_table_privilege(c.oid, 'SELECT') END AS can_select,
+       CASE WHEN c.oid IS NOT NULL THEN has_table_privilege(c.oid, 'INSERT') END AS can_insert,
+       CASE WHEN c.oid IS NOT NULL THEN has_table_privilege(c.oid, 'UPDATE') END AS can_update,
+       CASE WHEN c.oid IS NOT NULL THEN has_table_privilege(c.oid, 'DELETE') END AS can_delete
+  FROM unnest(%(tables)s::text[]) WITH ORDINALITY AS t(name, n)
+  LEFT JOIN pg_class c
+         ON c.relname = t.name AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(schema)s)
+ ORDER BY t.n;
+
+-- doctor_clock --
+-- runledger-beat doctor: the database clock (compared with this host's).
+SELECT clock_timestamp() AS now;
+
+-- doctor_listen --
+-- runledger-beat doctor: listen on a channel of its own (LISTEN/NOTIFY wakes beats; a transaction pooler breaks it).
+LISTEN runledger_doctor;
+
+-- doctor_notify --
+-- runledger-beat doctor: notify its own channel, to see the notification come back.
+SELECT pg_notify('runledger_doctor', %(token)s);
+
+-- doctor_unlisten --
+-- runledger-beat doctor: stop listening.
+UNLISTEN runledger_doctor;
+
+-- doctor_recent_start --
+-- runledger-beat doctor: the latest run a worker hook reported started within the last hour (NULL: none).
+SELECT max(started_at) AS started_at FROM jobs WHERE started_at >= now() - interval '1 hour';
