@@ -247,7 +247,7 @@ def cmd_beats(args: argparse.Namespace, dsn: str) -> int:
 def cmd_health(args: argparse.Namespace, dsn: str) -> int:
     from .store import Store
     try:
-        with connect(dsn, args.schema, autocommit=True, connect_timeout=max(1, int(args.max_age)),
+        with connect(dsn, args.schema, autocommit=True, connect_timeout=max(1, min(5, int(args.max_age))),
                      application_name="runledger_beat.health") as conn:
             row = Store(conn).freshest_beat(socket.gethostname() if args.this_host else None)
     except psycopg.Error as exc:
@@ -362,7 +362,7 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
     from .preview import add_preview_arguments
-    parser = argparse.ArgumentParser(prog="runledger-beat", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="runledger-beat", description=__doc__.split("\n")[0].replace("``", ""))
     _global_options(parser, top=True)
     p = _subcommands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     _definition_args(p["add"], update=False)
