@@ -274,6 +274,15 @@ def cmd_doctor(args: argparse.Namespace, dsn: str) -> int:
     return 0 if report["ok"] else 1
 
 
+def cmd_web(args: argparse.Namespace, dsn: str) -> int:
+    try:
+        from .web import serve
+        serve(dsn, args.schema, args.host, args.port, args.allow_actions)
+    except ImportError as exc:
+        raise UsageError(f"web: {exc.name or exc} is not installed (pip install 'runledger-beat[web]')") from None
+    return 0
+
+
 def cmd_preview(args: argparse.Namespace, dsn: str) -> int:
     from .preview import run_preview
     return run_preview(args)
@@ -347,13 +356,14 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "beats": "the running beats: host, pid, version, last tick",
         "health": "exit 0 when some beat ticked recently, else 1 (for probes)",
         "doctor": "check database, schema, privileges, clock, LISTEN, workers and (with --app) the broker",
+        "web": "a dashboard of beats, schedules and their runs in the browser",
         "preview": "the next fires of a timing (no database needed)",
         "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
     parsers = {}
     for name in COMMANDS:
         p = sub.add_parser(name, help=helps[name], description=helps[name])
         _global_options(p, top=False)
-        if name not in ("preview", "demo"):
+        if name not in ("preview", "demo", "web"):
             p.add_argument("--json", action="store_true", help="machine-readable output")
         parsers[name] = p
     return parsers
@@ -378,6 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
                              help="healthy when some beat ticked within this many seconds (default 30)")
     p["health"].add_argument("--this-host", action="store_true",
                              help="count only beats on this host (a pod's own beat, for a liveness probe)")
+    p["web"].add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p["web"].add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    p["web"].add_argument("--allow-actions", action="store_true",
+                          help="offer Pause / Resume / Trigger buttons (there is no login: keep it private)")
     add_preview_arguments(p["preview"])
     p["demo"].add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
     return parser
