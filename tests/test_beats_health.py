@@ -131,3 +131,18 @@ def test_health_this_host_counts_only_beats_of_this_host(db, pg_dsn, schema):
     assert here.returncode == 1 and here.stdout.strip() == "unhealthy: no beat has registered on this host"
     db.execute("UPDATE beats SET host = %s", (socket.gethostname(),))
     assert _cli(*base, "--this-host").returncode == 0
+
+
+def test_the_examples_probe_with_commands_the_cli_accepts():
+    import re
+
+    examples = [(ROOT / "examples/kubernetes/deployment.yaml").read_text(),
+                (ROOT / "examples/docker-compose.yml").read_text()]
+    probes = [json.loads(m) for text in examples for m in re.findall(r'\["(?:CMD", ")?runledger-beat"[^\]]*\]', text)
+              for m in [m.replace('"CMD", ', "")]]
+    assert len(probes) == 3 and all(p[:2] == ["runledger-beat", "health"] for p in probes)
+    for probe in probes:
+        args = cli.build_parser().parse_args(probe[1:])
+        assert args.command == "health" and args.max_age > 0
+    assert "replicas: 3" in examples[0]
+    assert all(f"\n  {service}:" in examples[1] for service in ("postgres", "rabbitmq", "worker", "beat"))
