@@ -136,3 +136,33 @@ def test_grafana_dashboard_queries_only_metrics_beat_serves():
               "runledger_pending_fires", "runledger_quarantined_schedules", "runledger_last_tick_timestamp_seconds"}
     used = {name for p in dashboard["panels"] for t in p["targets"] for name in re.findall(r"runledger_\w+", t["expr"])}
     assert used == served
+
+
+def test_failed_publishes_are_counted_as_the_ledger_counts_them(db, pg_dsn, schema):
+    port = _free_port()
+    env, _ = prepare(db, pg_dsn, schema, "amqp://guest:guest@127.0.0.1:1//",  # nothing listens there
+                     extra={"runledger_metrics_port": port, "runledger_recovery_grace": 1})
+    insert_schedule(db, "unsendable", cron="* * * * * *")
+    beat = start_beat(env)
+    try:
+        wait_for(lambda: scrape(port), timeout=30, message="/metrics to answer")
+        wait_for(lambda: count(db, "SELECT coalesce(sum(dispatch_attempts), 0) AS n FROM jobs") >= 3, timeout=30,
+                 message="failed publishes recorded in the ledger")
+        db.execute("UPDATE job_schedules SET is_active = false")
+
+        def agreed():  # between two attempts (the beat backs off) the ledger and /metrics hold still
+            attempts = count(db, "SELECT sum(dispatch_attempts) AS n FROM jobs")
+            sample = scrape(port)
+            again = count(db, "SELECT sum(dispatch_attempts) AS n FROM jobs")
+            return sample if attempts == again == fires(sample, "failed") else None
+
+        sample = wait_for(agreed, timeout=20, interval=0.1, message="failed fires to match the ledger's attempts")
+        assert fires(sample, "sent") == 0 and count(db, "SELECT count(*) AS n FROM jobs WHERE sent_at IS NOT NULL") == 0
+        assert sample[("runledger_publish_failures_total", ())] >= 1
+        assert sample[("runledger_fire_lag_seconds_count", ())] == 0
+        pending = count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'pending'")
+        assert pending > 0
+        wait_for(lambda: scrape(port)[("runledger_pending_fires", ())] == pending, timeout=15,
+                 message="the pending gauge (refreshed every few seconds)")
+    finally:
+        assert beat.stop() == 0, beat.log()
