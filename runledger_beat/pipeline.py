@@ -103,6 +103,7 @@ class FirePipeline:
         self.db_backoff = Backoff("Postgres")
         self.broker_backoff = Backoff("broker")
         self.beat_id = uuid.uuid4()    # this beat's row in the beats table
+        self._host = socket.gethostname()
         self._next_beat_tick = 0.0
         self._beat_row = False         # whether the row was written (and so is removed at close)
         self._beats_table = True       # False once the table turned out to be missing (an unmigrated schema)
@@ -277,13 +278,14 @@ class FirePipeline:
             return
         self._next_beat_tick = now + BEAT_TICK_EVERY
         try:
-            self.ledger.beat_tick(self.beat_id, socket.gethostname(), os.getpid(), __version__,
+            self.ledger.beat_tick(self.beat_id, self._host, os.getpid(), __version__,
                                   self.prepared is not None, BEAT_STALE_AFTER)
             self._beat_row = True
-        except psycopg.errors.UndefinedTable:
-            self._beats_table = False
-            log.warning("runledger: no beats table in schema %s (run `runledger-beat migrate`); "
-                        "this beat stays invisible to `runledger-beat beats` and `health`", self.settings.schema)
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InsufficientPrivilege) as exc:
+            self._beats_table = False  # never let bookkeeping stop the scheduling
+            log.warning("runledger: cannot keep this beat's row in %s.beats (%s; run `runledger-beat migrate` or "
+                        "`runledger-beat doctor`); it stays invisible to `beats` and `health`",
+                        self.settings.schema, safe_error(exc))
 
     def _refresh_metrics(self) -> None:
         """Mark the tick; every GAUGE_REFRESH seconds read the gauges (one statement, ledger connection)."""
@@ -291,7 +293,12 @@ class FirePipeline:
         now = time.monotonic()
         if now >= self._next_gauges:
             self._next_gauges = now + metrics_module.GAUGE_REFRESH
-            self.metrics.gauges(**self.ledger.operation_gauges())
+            try:
+                self.metrics.gauges(**self.ledger.operation_gauges())
+            except psycopg.OperationalError:
+                raise  # the connection is gone: run_once starts afresh
+            except psycopg.Error as exc:  # a refused statement (privileges, say): the gauges go stale, no more
+                log.warning("runledger: reading the metrics gauges failed: %s", safe_error(exc))
 
     def _observe_sent(self, fire_ids: list, confirmed_at: float) -> None:
         """Count confirmed fires and observe their lag from their instant to ``confirmed_at`` (local clock,

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 
 from celery import Celery
 
@@ -146,3 +147,29 @@ def test_the_examples_probe_with_commands_the_cli_accepts():
         assert args.command == "health" and args.max_age > 0
     assert "replicas: 3" in examples[0]
     assert all(f"\n  {service}:" in examples[1] for service in ("postgres", "rabbitmq", "worker", "beat"))
+
+
+def test_a_role_that_may_not_write_beats_still_schedules(pg_dsn, schema, db, caplog):
+    import psycopg
+    from psycopg import sql
+
+    role = f"rl_nobeats_{uuid.uuid4().hex[:8]}"
+    ident = sql.Identifier
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(ident(role)))
+    try:
+        db.execute(sql.SQL("GRANT USAGE ON SCHEMA {s} TO {r}; GRANT SELECT, INSERT, UPDATE ON {s}.job_schedules,"
+                           " {s}.jobs TO {r}").format(s=ident(schema), r=ident(role)))
+        insert_schedule(db, "due-now", cron="* * * * * *", task="x")
+        scheduler = Scheduler(_app(psycopg.conninfo.make_conninfo(pg_dsn, user=role), schema,
+                                   runledger_auto_migrate=False, runledger_lookahead=0))
+        try:
+            wait_for(lambda: scheduler.run_once() is not None
+                     and db.execute("SELECT count(*) AS n FROM jobs WHERE sent_at IS NOT NULL").fetchone()["n"] >= 1,
+                     timeout=5, interval=0.2, message="a fire sent by the restricted beat")
+        finally:
+            scheduler.close()
+        assert "cannot keep this beat's row" in caplog.text
+        assert _beats(db) == []
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {}").format(ident(role)))
+        db.execute(sql.SQL("DROP ROLE {}").format(ident(role)))
