@@ -23,6 +23,9 @@ stderr, nothing written); 1 runtime failure (one line, never the password).
 - remove: {"removed": name}; migrate: {"applied": [file, ...]};
   sync: {"created", "updated", "unchanged", "deactivated", "errors": {name: text}};
   stats: [{"name", "total", "counts", "send_lag_p50", ...}]; preview: [time, ...]
+- beats: [{"id", "host", "pid", "version", "started_at", "last_tick_at", "preparing", "age_seconds"}]
+- health: {"healthy", "beats", "age_seconds", "max_age"} (exit 1 when not healthy)
+- doctor: {"ok", "checks": [{"name", "verdict", "detail"}]} (verdict ok / warn / FAIL; exit 1 on a FAIL)
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import uuid
 from collections.abc import Callable
@@ -242,6 +246,56 @@ def cmd_stats(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 
+def cmd_beats(args: argparse.Namespace, dsn: str) -> int:
+    from .store import Store
+    with connect(dsn, args.schema, autocommit=True, application_name="runledger_beat.cli") as conn:
+        rows = Store(conn).beats()
+    lines = [f"{r['host']}\tpid={r['pid']}\tv{r['version']}\tstarted={format_rfc3339(r['started_at'])}"
+             f"\tlast_tick={r['age_seconds']:.1f}s ago" + ("\tpreparing" if r["preparing"] else "") + f"\t{r['id']}"
+             for r in rows]
+    _emit(args, rows, "\n".join(lines) or "no beats")
+    return 0
+
+
+def cmd_health(args: argparse.Namespace, dsn: str) -> int:
+    from .store import Store
+    try:
+        with connect(dsn, args.schema, autocommit=True, connect_timeout=max(1, min(5, int(args.max_age))),
+                     application_name="runledger_beat.health") as conn:
+            row = Store(conn).freshest_beat(socket.gethostname() if args.this_host else None)
+    except psycopg.Error as exc:
+        row = {"beats": 0, "age_seconds": None, "error": safe_error(exc, dsn)}
+    age = row["age_seconds"]
+    healthy = age is not None and age <= args.max_age
+    if healthy:
+        text = f"ok: a beat ticked {age:.1f}s ago ({row['beats']} beat(s) registered)"
+    elif row.get("error"):
+        text = f"unhealthy: database {redact_dsn(dsn)}: {row['error']}"
+    elif age is None:
+        text = "unhealthy: no beat has registered" + (" on this host" if args.this_host else "")
+    else:
+        text = f"unhealthy: the freshest beat ticked {age:.1f}s ago (more than {args.max_age:g}s)"
+    _emit(args, dict(row, healthy=healthy, max_age=args.max_age), text)
+    return 0 if healthy else 1
+
+
+def cmd_doctor(args: argparse.Namespace, dsn: str) -> int:
+    from .doctor import as_json, diagnose
+    checks = diagnose(dsn, args.schema, _load_app(args.app) if args.app else None)
+    report = as_json(checks)
+    _emit(args, report, "\n".join(c.line() for c in checks))
+    return 0 if report["ok"] else 1
+
+
+def cmd_web(args: argparse.Namespace, dsn: str) -> int:
+    try:
+        from .web import serve
+        serve(dsn, args.schema, args.host, args.port, args.allow_actions)
+    except ImportError as exc:
+        raise UsageError(f"web: {exc.name or exc} is not installed (pip install 'runledger-beat[web]')") from None
+    return 0
+
+
 def cmd_preview(args: argparse.Namespace, dsn: str) -> int:
     from .preview import run_preview
     return run_preview(args)
@@ -314,13 +368,17 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "resume": "start a paused schedule again from now", "remove": "delete a schedule (its ledger stays)",
         "trigger": "fire a schedule now, out of band", "history": "latest ledger rows of a schedule",
         "sync": "import a Celery app's beat_schedule", "stats": "per-schedule counts and lag percentiles",
+        "beats": "the running beats: host, pid, version, last tick",
+        "health": "exit 0 when some beat ticked recently, else 1 (for probes)",
+        "doctor": "check database, schema, privileges, clock, LISTEN, workers and (with --app) the broker",
+        "web": "a dashboard of beats, schedules and their runs in the browser",
         "preview": "the next fires of a timing (no database needed)",
         "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
     parsers = {}
     for name in COMMANDS:
         p = sub.add_parser(name, help=helps[name], description=helps[name])
         _global_options(p, top=False)
-        if name not in ("preview", "demo"):
+        if name not in ("preview", "demo", "web"):
             p.add_argument("--json", action="store_true", help="machine-readable output")
         parsers[name] = p
     return parsers
@@ -342,6 +400,14 @@ def build_parser() -> argparse.ArgumentParser:
     p["history"].add_argument("--status", help="only rows of this status")
     p["stats"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["stats"].add_argument("--since", metavar="DURATION", help="only fires scheduled within this long ago (1h, 7d)")
+    p["health"].add_argument("--max-age", type=float, default=30.0, metavar="SECONDS",
+                             help="healthy when some beat ticked within this many seconds (default 30)")
+    p["health"].add_argument("--this-host", action="store_true",
+                             help="count only beats on this host (a pod's own beat, for a liveness probe)")
+    p["web"].add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p["web"].add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    p["web"].add_argument("--allow-actions", action="store_true",
+                          help="offer Pause / Resume / Trigger buttons (there is no login: keep it private)")
     add_preview_arguments(p["preview"])
     p["demo"].add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
     return parser

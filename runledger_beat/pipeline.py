@@ -31,7 +31,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
+import os
+import socket
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +42,8 @@ from typing import Any
 
 import psycopg
 
+from . import __version__
+from . import metrics as metrics_module
 from .backoff import Backoff
 from .db import connect, safe_error
 from .dispatch import Dispatcher
@@ -69,6 +74,10 @@ IDLE_MARGIN = 5.0
 #: How long a fire may stay sent with no worker hook seen before beat warns, and how often it warns.
 HOOK_WARNING_AFTER = 600.0
 HOOK_WARNING_EVERY = 3600.0
+#: A beat's row in the beats table is refreshed at most this often (seconds).
+BEAT_TICK_EVERY = 1.0
+#: Rows of beats silent this long (seconds) are pruned by any beat.
+BEAT_STALE_AFTER = 3600.0
 
 
 @dataclass
@@ -84,7 +93,8 @@ class Prepared:
 class FirePipeline:
     """Claims, records, commits and publishes the fires of one beat; see the module docstring."""
 
-    def __init__(self, app: Any, settings: Settings, max_wait: float = 5.0) -> None:
+    def __init__(self, app: Any, settings: Settings, max_wait: float = 5.0,
+                 metrics: metrics_module.NoMetrics | None = None) -> None:
         self.app = app
         self.settings = settings
         self.max_wait = max_wait
@@ -102,6 +112,14 @@ class FirePipeline:
         self.faults = FaultPolicy(delay=settings.defer_seconds, quarantine_after=settings.quarantine_after)
         self.db_backoff = Backoff("Postgres")
         self.broker_backoff = Backoff("broker")
+        self.beat_id = uuid.uuid4()    # this beat's row in the beats table
+        self._host = socket.gethostname()
+        self._next_beat_tick = 0.0
+        self._beat_row = False         # whether the row was written (and so is removed at close)
+        self._beats_table = True       # False once the table turned out to be missing (an unmigrated schema)
+        self.metrics = metrics_module.from_settings(settings) if metrics is None else metrics
+        self._instants: dict[Any, datetime] = {}  # fire id -> scheduled_for while in flight (only with metrics)
+        self._next_gauges = 0.0
 
     # -- hooks for subclasses ------------------------------------------------------
 
@@ -169,6 +187,9 @@ class FirePipeline:
             self._settle(wait=True)  # every confirm in before beat sleeps
             if time.monotonic() >= self._next_sweep and not self._commit_imminent():
                 self._sweep()
+            self._beat_tick()
+            if self.metrics.enabled:
+                self._refresh_metrics()
             due = None if self.prepared is not None else self.ledger.seconds_until_due(self.settings.lookahead)
             self.db_backoff.succeeded()
         except psycopg.Error as exc:  # lost connection, or a statement the server refused: start afresh
@@ -200,6 +221,9 @@ class FirePipeline:
             self._clock_offset = result.clock_offset
         if prepared is None:
             self._contended = result.claimed == 0
+        if self.metrics.enabled:
+            self.metrics.fired("skipped", result.skipped)
+            self.metrics.fired("deferred", result.deferred)
         if result.fires:
             self._add_prepared(result.fires)
         if self.prepared is None:
@@ -250,6 +274,7 @@ class FirePipeline:
                 self._held_seq += 1
                 bisect.insort(self._held, (at, self._held_seq, item))
         if skipped:
+            self.metrics.fired("skipped", len(skipped))
             log.info("runledger: skipped %d fire(s): previous run still queued or running", len(skipped))
         self._publish(due, wait=False)
 
@@ -259,6 +284,46 @@ class FirePipeline:
             due = [item for _, _, item in self._held[:cut]]
             del self._held[:cut]
             self._publish(due, wait=False)
+
+    def _beat_tick(self) -> None:
+        """Refresh this beat's row (at most once per BEAT_TICK_EVERY, on the autocommit ledger connection,
+        after the fires are settled, so it never delays a commit); prune beats silent for an hour."""
+        now = time.monotonic()
+        if now < self._next_beat_tick or not self._beats_table:
+            return
+        self._next_beat_tick = now + BEAT_TICK_EVERY
+        try:
+            self.ledger.beat_tick(self.beat_id, self._host, os.getpid(), __version__,
+                                  self.prepared is not None, BEAT_STALE_AFTER)
+            self._beat_row = True
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InsufficientPrivilege) as exc:
+            self._beats_table = False  # never let bookkeeping stop the scheduling
+            log.warning("runledger: cannot keep this beat's row in %s.beats (%s; run `runledger-beat migrate` or "
+                        "`runledger-beat doctor`); it stays invisible to `beats` and `health`",
+                        self.settings.schema, safe_error(exc))
+
+    def _refresh_metrics(self) -> None:
+        """Mark the tick; every GAUGE_REFRESH seconds read the gauges (one statement, ledger connection)."""
+        self.metrics.ticked()
+        now = time.monotonic()
+        if now >= self._next_gauges:
+            self._next_gauges = now + metrics_module.GAUGE_REFRESH
+            try:
+                self.metrics.gauges(**self.ledger.operation_gauges())
+            except psycopg.OperationalError:
+                raise  # the connection is gone: run_once starts afresh
+            except psycopg.Error as exc:  # a refused statement (privileges, say): the gauges go stale, no more
+                log.warning("runledger: reading the metrics gauges failed: %s", safe_error(exc))
+
+    def _observe_sent(self, fire_ids: list, confirmed_at: float) -> None:
+        """Count confirmed fires and observe their lag from their instant to ``confirmed_at`` (local clock,
+        converted to the database's)."""
+        self.metrics.fired("sent", len(fire_ids))
+        now = confirmed_at + self._clock_offset
+        for fire_id in fire_ids:
+            instant = self._instants.pop(fire_id, None)
+            if instant is not None:
+                self.metrics.lag(now - instant.timestamp())
 
     def _wait_for(self, due: float | None) -> float:
         """Seconds to sleep: until the next held fire, the prepared commit, or the next cursor."""
@@ -291,6 +356,8 @@ class FirePipeline:
             return
         if log.isEnabledFor(logging.INFO):
             self._log_sending(outgoing)
+        if self.metrics.enabled:
+            self._instants.update((o.fire.id, o.fire.scheduled_for) for o in outgoing if o.fire.scheduled_for)
         self.dispatcher.send(outgoing)
         self._settle(wait)
 
@@ -307,8 +374,11 @@ class FirePipeline:
         if result.sent:
             for fire_id in result.sent:
                 self._backlog.pop(fire_id, None)
+            confirmed_at = time.time()
             self.after_publish()
             self.ledger.mark_sent(result.sent)
+            if self.metrics.enabled:
+                self._observe_sent(result.sent, confirmed_at)
         if result.error is not None:
             self.broker_backoff.failed(safe_error(result.error))
         elif result.sent:
@@ -326,6 +396,10 @@ class FirePipeline:
         recovery sweep, so it cannot hold up the others.
         """
         ids = [f.id for f in fires]
+        if self.metrics.enabled:
+            self.metrics.publish_failed()
+            for fire in fires:
+                self._instants.pop(fire.id, None)
         if backlog:
             for fire in fires:
                 if len(self._backlog) < MAX_BACKLOG:
@@ -335,6 +409,8 @@ class FirePipeline:
         for fire in fires:
             self._backlog.pop(fire.id, None)
         dead = self.ledger.mark_publish_failed(ids, error, self.settings.max_publish_attempts)
+        if self.metrics.enabled:
+            self.metrics.fired("failed", len(fires))
         log.warning("runledger: publishing %d fire(s) failed (%s); %s", len(fires), error,
                     f"{len(dead)} reached {self.settings.max_publish_attempts} attempts and are marked failed"
                     if dead else "the recovery sweep will retry")
@@ -393,9 +469,14 @@ class FirePipeline:
                             "of any beat publishes them", len(self._held))
             if self.connected:
                 self._settle(wait=True)
+            if self.connected and self._beat_row:
+                self.ledger.beat_remove(self.beat_id)
+                self._beat_row = False
         except (psycopg.Error, OSError) as exc:
             log.warning("runledger: shutdown could not publish everything (%s); the recovery sweep will",
                         safe_error(exc, self.settings.dsn))
         self._held = []
+        self._instants.clear()
         self.close_connections()
         self.dispatcher.close()
+        self.metrics.close()

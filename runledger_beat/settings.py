@@ -38,6 +38,8 @@ _DEFAULTS: dict[str, Any] = {
     "runledger_lost_after": 3600.0,
     "runledger_quarantine_after": 5,
     "runledger_max_publish_attempts": 10,
+    "runledger_metrics_port": None,  # None: no metrics server
+    "runledger_metrics_host": "127.0.0.1",
 }
 
 
@@ -60,6 +62,8 @@ class Settings:
     lost_after: float
     quarantine_after: int = 5
     max_publish_attempts: int = 10
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
 
 def _get(conf: Any, key: str) -> Any:
@@ -97,6 +101,22 @@ def _sent_events(conf: Any) -> bool:
     return bool(value)
 
 
+def _metrics_port(conf: Any) -> int | None:
+    if _get(conf, "runledger_metrics_port") is None:
+        return None
+    port = _number(conf, "runledger_metrics_port", int, 0)
+    if port > 65535:
+        raise ConfigError(f"runledger_metrics_port: a TCP port is at most 65535, got {port!r}")
+    return port
+
+
+def _metrics_host(conf: Any) -> str:
+    value = _get(conf, "runledger_metrics_host")
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"runledger_metrics_host: expected a host name or address, got {value!r}")
+    return value.strip()
+
+
 def dsn_from(conf: Any) -> str | None:
     """The DSN from runledger_dsn, else the RUNLEDGER_DSN environment variable."""
     return conf.get("runledger_dsn") or conf.get("RUNLEDGER_DSN") or os.environ.get("RUNLEDGER_DSN") or None
@@ -124,4 +144,6 @@ def load(conf: Any) -> Settings:
         lost_after=_number(conf, "runledger_lost_after", float, 1),
         quarantine_after=_number(conf, "runledger_quarantine_after", int, 1),
         max_publish_attempts=_number(conf, "runledger_max_publish_attempts", int, 1),
+        metrics_port=_metrics_port(conf),
+        metrics_host=_metrics_host(conf),
     )

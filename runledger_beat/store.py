@@ -218,6 +218,71 @@ class Store:
         """Per schedule: counts by status and lag percentiles."""
         return self._all(queries.job_stats, {"name": name, "since": since_seconds})
 
+    # -- operations (beats, metrics, health) ------------------------------------------
+
+    def beat_tick(self, beat_id: uuid.UUID, host: str, pid: int, version: str, preparing: bool,
+                  stale_after: float) -> None:
+        """Upsert this beat's row (stamped by the database clock); prune beats silent for ``stale_after`` s."""
+        self.conn.execute(queries.beat_tick, {"id": beat_id, "host": host, "pid": pid, "version": version,
+                                              "preparing": preparing, "stale": float(stale_after)})
+
+    def beat_remove(self, beat_id: uuid.UUID) -> None:
+        """Drop this beat's row (clean shutdown)."""
+        self.conn.execute(queries.beat_remove, {"id": beat_id})
+
+    def beats(self) -> list[dict]:
+        """Every beat's row with ``age_seconds`` since its last tick, freshest first."""
+        return self._all(queries.beats_list)
+
+    def freshest_beat(self, host: str | None = None) -> dict:
+        """{"beats": how many rows (of ``host`` only, when given), "age_seconds": since the freshest tick,
+        None when there is none}."""
+        return self._one(queries.beats_freshest, {"host": host})
+
+    def operation_gauges(self) -> dict[str, int]:
+        """{"due", "pending", "quarantined"}: schedules due now, unpublished ledger rows, quarantined schedules."""
+        row = self._one(queries.metrics_gauges)
+        return {"due": int(row["due"]), "pending": int(row["pending"]), "quarantined": int(row["quarantined"])}
+
+    def claim_due_at(self, at: datetime, limit: int) -> list[dict]:
+        """Lock schedules due by ``at`` with ``db_now`` = ``at`` (testing.run_due: a pass at a chosen clock)."""
+        return self._all(queries.testing_claim_due_at, {"at": at, "limit": limit})
+
+    def slot_jobs(self, schedule_ids: Sequence[uuid.UUID], scheduled_fors: Sequence[datetime]) -> list[dict]:
+        """The fires' ledger rows of these (schedule id, slot) pairs, in slot order."""
+        return self._all(queries.testing_jobs, {"schedule_ids": list(schedule_ids),
+                                                "scheduled_fors": list(scheduled_fors)})
+
+    def doctor_schema(self, schema: str) -> dict:
+        """{"present", "usage", "migrations_table"} of ``schema`` for this role."""
+        return self._one(queries.doctor_schema, {"schema": schema})
+
+    def applied_migrations(self) -> list[int]:
+        """Versions recorded in schema_migrations."""
+        return [r["version"] for r in self._all(queries.applied_migrations)]
+
+    def table_privileges(self, schema: str, tables: Sequence[str]) -> list[dict]:
+        """Per table: present, can_select, can_insert, can_update, can_delete (None when absent)."""
+        return self._all(queries.doctor_privileges, {"schema": schema, "tables": list(tables)})
+
+    def db_clock(self) -> datetime:
+        """The database's clock_timestamp()."""
+        return self._one(queries.doctor_clock)["now"]
+
+    def listen_round_trip(self, timeout: float) -> bool:
+        """LISTEN, NOTIFY ourselves, and whether the notification arrived within ``timeout`` s (autocommit)."""
+        token = uuid.uuid4().hex
+        self.conn.execute(queries.doctor_listen)
+        try:
+            self.conn.execute(queries.doctor_notify, {"token": token})
+            return any(n.payload == token for n in self.conn.notifies(timeout=timeout, stop_after=1))
+        finally:
+            self.conn.execute(queries.doctor_unlisten)
+
+    def recent_start(self) -> datetime | None:
+        """The latest started_at within the last hour (a worker hook at work), else None."""
+        return self._one(queries.doctor_recent_start)["started_at"]
+
     # -- the demo --------------------------------------------------------------------
 
     def demo_setup(self, schedules: Sequence[tuple[str, str, int]]) -> None:
