@@ -185,10 +185,11 @@ class Dispatcher:
             channel.send(ready)
             self._settle(channel, wait=False)
 
-    def collect(self, wait: bool = True) -> PublishResult:
-        """What became of the fires sent so far (with ``wait``, of all of them); resets the tally."""
+    def collect(self, wait: bool = True, timeout: float = fastpath.CONFIRM_TIMEOUT) -> PublishResult:
+        """What became of the fires sent so far (with ``wait``, of all of them, up to ``timeout`` s); resets
+        the tally."""
         if self._fast is not None:
-            self._settle(self._fast, wait)
+            self._settle(self._fast, wait, timeout)
         result, self._done = self._done, PublishResult()
         return result
 
@@ -215,8 +216,8 @@ class Dispatcher:
             self._fail_all(outgoing, exc)
             return None, []
 
-    def _settle(self, channel: fastpath.ConfirmChannel, wait: bool) -> None:
-        channel.settle(wait)
+    def _settle(self, channel: fastpath.ConfirmChannel, wait: bool, timeout: float = fastpath.CONFIRM_TIMEOUT) -> None:
+        channel.settle(wait, timeout)
         self._tally(*channel.take())
         if channel.error is not None:
             if self._fast is channel:

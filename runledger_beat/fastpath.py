@@ -249,13 +249,13 @@ class ConfirmChannel:
             self._unsent.extend(outgoing[written:])
             self._fail(exc)
 
-    def settle(self, wait: bool) -> None:
+    def settle(self, wait: bool, timeout: float = CONFIRM_TIMEOUT) -> None:
         """Read the confirms that have arrived; with ``wait``, until none is outstanding."""
         if self.error is not None or not self._pending:
             return
         try:
             if wait:
-                self._read(lambda: not self._pending, time.monotonic() + CONFIRM_TIMEOUT)
+                self._read(lambda: not self._pending, time.monotonic() + timeout)
                 return
             sock = self.connection.transport.sock
             while self._pending and select.select([sock], [], [], 0)[0]:

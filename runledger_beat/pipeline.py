@@ -47,6 +47,7 @@ from . import metrics as metrics_module
 from .backoff import Backoff
 from .db import connect, safe_error
 from .dispatch import Dispatcher
+from .fastpath import CONFIRM_TIMEOUT
 from .fires import Fire, Outgoing
 from .materialize import FaultPolicy, record_pass, skip_overlapping
 from .settings import Settings
@@ -71,6 +72,8 @@ STATEMENT_TIMEOUT = 30.0
 LOCK_TIMEOUT = 5.0
 #: Idle seconds beyond the lookahead after which the server ends a frozen beat's open transaction (and its locks).
 IDLE_MARGIN = 5.0
+#: Seconds shutdown waits for the broker's last confirms (the recovery sweep covers the rest).
+SHUTDOWN_CONFIRM_TIMEOUT = 2.0
 #: How long a fire may stay sent with no worker hook seen before beat warns, and how often it warns.
 HOOK_WARNING_AFTER = 600.0
 HOOK_WARNING_EVERY = 3600.0
@@ -368,9 +371,9 @@ class FirePipeline:
         late = f" ({1000 * (time.time() - self._local(first)):.0f} ms after the instant)" if first else ""
         log.info("runledger: sending %d fire(s)%s%s", len(outgoing), names, late)
 
-    def _settle(self, wait: bool = True) -> None:
+    def _settle(self, wait: bool = True, timeout: float = CONFIRM_TIMEOUT) -> None:
         """Mark sent what the broker confirmed; keep failed fires pending (and in memory on an outage)."""
-        result = self.dispatcher.collect(wait)
+        result = self.dispatcher.collect(wait, timeout)
         if result.sent:
             for fire_id in result.sent:
                 self._backlog.pop(fire_id, None)
@@ -468,11 +471,11 @@ class FirePipeline:
                 log.warning("runledger: %d committed fire(s) not published at shutdown; the recovery sweep "
                             "of any beat publishes them", len(self._held))
             if self.connected:
-                self._settle(wait=True)
+                self._settle(wait=True, timeout=SHUTDOWN_CONFIRM_TIMEOUT)
             if self.connected and self._beat_row:
                 self.ledger.beat_remove(self.beat_id)
                 self._beat_row = False
-        except (psycopg.Error, OSError) as exc:
+        except Exception as exc:  # shutting down: whatever failed, the recovery sweep republishes
             log.warning("runledger: shutdown could not publish everything (%s); the recovery sweep will",
                         safe_error(exc, self.settings.dsn))
         self._held = []
