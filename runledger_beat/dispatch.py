@@ -35,7 +35,7 @@ from typing import Any
 
 from celery import Celery, signals
 
-from . import fastpath
+from . import fastpath, fastpath_redis
 from .fires import Fire, Outgoing
 from .messages import send_fire
 
@@ -77,7 +77,8 @@ class Dispatcher:
         self._producer: Any = None
         self._fast: fastpath.ConfirmChannel | None = None
         self._encoder: fastpath.Encoder | None = None
-        self._amqp: bool | None = None  # is the broker transport py-amqp?
+        self._road: str | None = None    # "amqp" or "redis" (a fast path), "celery": found at first use
+        self._redis: fastpath_redis.RedisRoad | None = None
         self._done = PublishResult()     # sent / failed since the last collect()
 
     # -- the broker connection ---------------------------------------------
@@ -98,17 +99,28 @@ class Dispatcher:
             self._producer = self.app.amqp.Producer(self._connection(), auto_declare=False)
         return self._producer
 
-    def fast_path(self) -> bool:
-        """Whether fires go by the fast path now (py-amqp transport, no listeners, no sent events)."""
+    def road(self) -> str:
+        """The road fires take now: "amqp" or "redis" (fast paths: no publish-signal listeners, no sent
+        events), else "celery"."""
         if not self.fast or self.send_sent_events or _publish_receivers():
-            return False
-        if self._amqp is None:
+            return "celery"
+        if self._road is None:
             conn = self.app.connection_for_write()
             try:
-                self._amqp = fastpath.supported(conn)
+                self._road = ("amqp" if fastpath.supported(conn) else
+                              "redis" if fastpath_redis.supported(conn) else "celery")
             finally:
                 conn.release()
-        return self._amqp
+        return self._road
+
+    def fast_path(self) -> bool:
+        """Whether fires go by a fast path now."""
+        return self.road() != "celery"
+
+    def _redis_road(self) -> fastpath_redis.RedisRoad:
+        if self._redis is None:
+            self._redis = fastpath_redis.RedisRoad(self.app, self._connection())
+        return self._redis
 
     def _fast_channel(self) -> fastpath.ConfirmChannel:
         if self._fast is None or not self._fast.usable():
@@ -123,6 +135,7 @@ class Dispatcher:
         self._conn = None
         self._producer = None
         self._fast = None
+        self._redis = None
 
     close = release
 
@@ -137,6 +150,10 @@ class Dispatcher:
         """
         outgoing = [Outgoing(f) for f in fires]
         if not outgoing or not encode or not self.fast_path():
+            return outgoing
+        if self.road() == "redis":
+            with contextlib.suppress(Exception):  # unreachable: encoded (or reported) at send
+                self._redis_road().encode(outgoing)
             return outgoing
         try:
             channel = self._fast_channel()
@@ -177,13 +194,36 @@ class Dispatcher:
         """Start publishing; on the fast path return once written, confirms read later by collect()."""
         if not outgoing:
             return
-        if not self.fast_path():
+        road = self.road()
+        if road == "celery":
             self._merge(self._publish_celery([o.fire for o in outgoing]))
+            return
+        if road == "redis":
+            self._send_redis(outgoing)
             return
         channel, ready = self._ready(outgoing)
         if channel is not None:
             channel.send(ready)
             self._settle(channel, wait=False)
+
+    def _send_redis(self, outgoing: Sequence[Outgoing]) -> None:
+        """Push the fires' LPUSH commands in pipelines; fires only Celery's path can route go that way."""
+        try:
+            road = self._redis_road()
+            failed = road.encode(outgoing)
+        except Exception as exc:
+            self._fail_all(outgoing, exc)
+            return
+        refused = {fire.id for fire, _ in failed}
+        ready = [o for o in outgoing if o.pushes and o.fire.id not in refused]
+        others = [o.fire for o in outgoing if not o.pushes and o.fire.id not in refused]
+        sent, pushed_failed, error = road.push(ready)
+        self._merge(PublishResult(sent=sent, failed=failed + pushed_failed, error=error))
+        if error is not None:
+            self.release()
+            self._merge(PublishResult(failed=[(f, _reason(error)) for f in others]))
+        elif others:
+            self._merge(self._publish_celery(others))
 
     def collect(self, wait: bool = True, timeout: float = fastpath.CONFIRM_TIMEOUT) -> PublishResult:
         """What became of the fires sent so far (with ``wait``, of all of them, up to ``timeout`` s); resets

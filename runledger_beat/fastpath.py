@@ -96,7 +96,7 @@ class _CaptureChannel:
         self.captured = (message, exchange, routing_key, mandatory, immediate)
 
 
-class _CaptureProducer(Producer):
+class CaptureProducer(Producer):
     """A kombu Producer that records the entities it would declare instead of declaring them."""
 
     def __init__(self, channel: _CaptureChannel, declared: list) -> None:
@@ -122,7 +122,7 @@ class Encoder:
         self.app = app
         self.channel = _CaptureChannel()
         self.declared: list = []
-        self.producer = _CaptureProducer(self.channel, self.declared)
+        self.producer = CaptureProducer(self.channel, self.declared)
         self.parts: list[bytes] = []
         self._writers: dict[int, Callable] = {}
 

@@ -34,9 +34,11 @@ class Fire:
 
 @dataclass(slots=True)
 class Outgoing:
-    """A fire on its way to the broker; on the RabbitMQ fast path with its AMQP frames encoded ahead."""
+    """A fire on its way to the broker: on the RabbitMQ fast path with its AMQP frames encoded ahead,
+    on the Redis fast path with its LPUSH commands (key, payload)."""
 
     fire: Fire
     frames: bytes | None = None
     channel_id: int = 0
     declare: tuple = ()
+    pushes: tuple = ()
