@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import urllib.request
+import uuid
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -100,8 +101,8 @@ def test_due_gauge_counts_schedules_due_now(db, pg_dsn, schema):
     insert_schedule(db, "due-2", cron="* * * * * *", next_fire_at="2020-01-01T00:00:00Z")
     insert_schedule(db, "later", cron="* * * * * *", next_fire_at="2999-01-01T00:00:00Z")
     assert Store(db).operation_gauges() == {"due": 2, "pending": 0, "quarantined": 0}
-    db.execute("ALTER TABLE job_schedules ADD COLUMN quarantined_at timestamptz")  # as a later migration does
-    db.execute("UPDATE job_schedules SET quarantined_at = now() WHERE name = 'later'")
+    db.execute("INSERT INTO schedule_faults (schedule_id, last_error, retry_at, quarantined_at)"
+               " SELECT id, 'cron: bad', now(), now() FROM job_schedules WHERE name = 'later'")
     assert Store(db).operation_gauges()["quarantined"] == 1
 
 
@@ -138,11 +139,12 @@ def test_grafana_dashboard_queries_only_metrics_beat_serves():
     assert used == served
 
 
-def test_failed_publishes_are_counted_as_the_ledger_counts_them(db, pg_dsn, schema):
+def test_failed_publishes_are_counted_as_the_ledger_counts_them(db, pg_dsn, schema, amqp_url):
     port = _free_port()
-    env, _ = prepare(db, pg_dsn, schema, "amqp://guest:guest@127.0.0.1:1//",  # nothing listens there
-                     extra={"runledger_metrics_port": port, "runledger_recovery_grace": 1})
-    insert_schedule(db, "unsendable", cron="* * * * * *")
+    env, _ = prepare(db, pg_dsn, schema, amqp_url, extra={"runledger_metrics_port": port, "runledger_recovery_grace": 1})
+    # The broker refuses every message of this schedule (no such exchange): each attempt fails alone.
+    insert_schedule(db, "unsendable", cron="* * * * * *",
+                    options={"exchange": f"rl-missing-{uuid.uuid4().hex[:6]}", "routing_key": "x"})
     beat = start_beat(env)
     try:
         wait_for(lambda: scrape(port), timeout=30, message="/metrics to answer")
