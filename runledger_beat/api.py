@@ -14,7 +14,10 @@ Schedules come back as plain dicts::
     {"id", "name", "task", "organization_id", "kind", "cron", "day_and", "every",
      "at", "timezone", "args", "kwargs", "options", "max_jitter", "misfire",
      "grace", "overlap", "start", "end", "active", "source", "anchor_at",
-     "next_fire_at", "last_fired_at", "created_at", "updated_at"}
+     "next_fire_at", "last_fired_at", "created_at", "updated_at",
+     "pause_note", "paused_at", "paused_by", "paused_by_application"}
+
+(the pause_* keys are None unless the schedule was paused with ``pause()``).
 
 (datetimes are aware ``datetime`` objects, ids are strings). The cursor
 ``next_fire_at`` is recomputed (from the database clock, with
@@ -35,7 +38,7 @@ from .db import DEFAULT_SCHEMA, connect
 from .limits import OPTION_KEYS
 from .payload import merge_schedule_metadata, schedule_metadata
 from .schedule_row import timing_from_row
-from .spec import OVERLAP_POLICIES, SOURCES, TIMING_COLUMNS, ScheduleSpec, check_organization
+from .spec import OVERLAP_POLICIES, SOURCES, TIMING_COLUMNS, ScheduleSpec, check_note, check_organization
 from .store import Store
 from .timeengine import ScheduleError, first_fire
 
@@ -194,6 +197,8 @@ def update(conn_or_dsn: Any, name: str, task: str = _UNSET, *, cron: Any = _UNSE
         else:
             given.pop("options", None)
         row, _ = save(store, dataclasses.replace(spec, **given).columns(), "update")
+        if row["is_active"] and not old["is_active"]:
+            row = store.clear_pause(row["id"]) or row
     return public(row)
 
 
@@ -236,19 +241,24 @@ def list_schedules(conn_or_dsn: Any, task: str | None = None, organization_id: A
         return [public(r) for r in store.schedules(task, org, active)]
 
 
-def pause(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict:
-    """Stop a schedule firing (its cursor is cleared)."""
+def pause(conn_or_dsn: Any, name: str, *, note: str | None = None, schema: str = DEFAULT_SCHEMA) -> dict:
+    """Stop a schedule firing (its cursor is cleared), keeping ``note``, when, and who paused it.
+
+    "who" is the database role (current_user) and the session's application_name; ``resume`` clears them.
+    """
+    note = check_note(note)
     with _session(conn_or_dsn, schema) as store:
-        row = store.set_active(_require(store, name, lock=True)["id"], False, None)
+        row = store.pause_schedule(_require(store, name, lock=True)["id"], note)
     return public(row)
 
 
 def resume(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict:
-    """Start a paused schedule again from now: missed fires are not caught up."""
+    """Start a paused schedule again from now: missed fires are not caught up; the pause note is cleared."""
     with _session(conn_or_dsn, schema) as store:
         row = _require(store, name, lock=True)
         nxt = _cursor(row, store.db_now())
         row = store.set_active(row["id"], nxt is not None, nxt)
+        row = store.clear_pause(row["id"]) or row
     return public(row)
 
 
@@ -308,7 +318,12 @@ def public(row: Mapping[str, Any]) -> dict:
     out.update({"anchor_at": row.get("anchor_at"), "next_fire_at": row.get("next_fire_at"),
                 "last_fired_at": row.get("last_fired_at"), "created_at": row.get("created_at"),
                 "updated_at": row.get("updated_at")})
+    out.update({k: row.get(k) for k in PAUSE_FIELDS})
     return out
+
+
+#: The pause note columns, as they appear in the schedule dict.
+PAUSE_FIELDS = ("pause_note", "paused_at", "paused_by", "paused_by_application")
 
 
 JOB_FIELDS = ("id", "schedule_id", "schedule_name", "scheduled_for", "job_type", "organization_id",

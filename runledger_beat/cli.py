@@ -12,7 +12,8 @@ stderr, nothing written); 1 runtime failure (one line, never the password).
   {"id", "name", "task", "organization_id", "kind", "cron", "day_and", "every", "at",
   "timezone", "args", "kwargs", "options", "max_jitter", "misfire", "grace",
   "overlap", "start", "end", "active", "source", "anchor_at", "next_fire_at",
-  "last_fired_at", "created_at", "updated_at"}
+  "last_fired_at", "created_at", "updated_at", "pause_note", "paused_at", "paused_by",
+  "paused_by_application"}
 - list: [schedule, ...]
 - show: {"schedule": schedule, "next_fires": [time, ...5], "history": [job, ...5]}
 - history: [job, ...]; trigger: job, where job = {"id", "schedule_id",
@@ -38,9 +39,12 @@ from typing import Any
 import psycopg
 
 from . import api
-from .db import ConfigError, connect, migrate, redact_dsn, safe_error
+from .db import APPLICATION_NAME, ConfigError, connect, migrate, redact_dsn, safe_error
 from .formats import format_rfc3339, parse_duration
 from .timeengine import ScheduleError
+
+#: The application_name of the command line's database sessions (the audit log and pause notes show it).
+CLI_APPLICATION_NAME = "runledger-beat"
 
 
 class UsageError(Exception):
@@ -71,7 +75,12 @@ def _line(s: dict) -> str:
     when = s["cron"] or (f"every {s['every']:g}s" if s["every"] is not None else f"at {s['at']}")
     nxt = format_rfc3339(s["next_fire_at"]) if s["next_fire_at"] else "-"
     state = "active" if s["active"] else "paused"
-    return f"{s['name']}\t{s['task']}\t{when}\t{s['timezone']}\t{state}\tnext={nxt}"
+    line = f"{s['name']}\t{s['task']}\t{when}\t{s['timezone']}\t{state}\tnext={nxt}"
+    if s.get("paused_at"):
+        line += f"\tpaused {format_rfc3339(s['paused_at'])} by {s['paused_by']} ({s['paused_by_application']})"
+    if s.get("pause_note"):
+        line += f"\tnote={s['pause_note']}"
+    return line
 
 
 def _job_line(j: dict) -> str:
@@ -179,7 +188,7 @@ def cmd_show(args: argparse.Namespace, dsn: str) -> int:
 
 
 def cmd_pause(args: argparse.Namespace, dsn: str) -> int:
-    row = api.pause(dsn, args.name, schema=args.schema)
+    row = api.pause(dsn, args.name, note=args.note, schema=args.schema)
     _emit(args, row, "paused " + _line(row))
     return 0
 
@@ -322,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["list"].add_argument("--task", help="only schedules of this task")
     for name in ("show", "pause", "resume", "remove", "trigger", "history"):
         p[name].add_argument("name", help="schedule name")
+    p["pause"].add_argument("--note", help="why it is paused (kept with when and who until resume)")
     p["history"].add_argument("--limit", type=int, default=20, help="how many rows (default 20)")
     p["history"].add_argument("--status", help="only rows of this status")
     p["stats"].add_argument("name", nargs="?", default=None, help="only this schedule")
@@ -339,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     dsn = ""
+    token = APPLICATION_NAME.set(CLI_APPLICATION_NAME)
     try:
         if args.command not in _OFFLINE:
             dsn = _dsn(args)
@@ -352,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     except psycopg.Error as exc:
         print(f"error: database {redact_dsn(dsn)}: {safe_error(exc, dsn)}", file=sys.stderr)
         return 1
+    finally:
+        APPLICATION_NAME.reset(token)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ pooler would not keep the search_path, nor LISTEN.)
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from importlib import resources
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,6 +19,8 @@ from psycopg.rows import dict_row
 from . import queries
 
 DEFAULT_SCHEMA = "runledger"
+#: The application_name of connections opened without one (the CLI sets its own; the audit log shows it).
+APPLICATION_NAME: ContextVar[str] = ContextVar("runledger_application_name", default="runledger_beat")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
@@ -66,11 +69,14 @@ def _parsable(dsn: str) -> bool:
 
 
 def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, autocommit: bool = False,
-            connect_timeout: int = 5, application_name: str = "runledger_beat") -> psycopg.Connection:
-    """Open a connection with dict rows and search_path set to ``schema``."""
+            connect_timeout: int = 5, application_name: str | None = None) -> psycopg.Connection:
+    """Open a connection with dict rows and search_path set to ``schema``.
+
+    ``application_name`` defaults to the APPLICATION_NAME context variable ("runledger_beat").
+    """
     check_schema_name(schema)
-    conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row,
-                           connect_timeout=connect_timeout, application_name=application_name)
+    conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=connect_timeout,
+                           application_name=application_name or APPLICATION_NAME.get())
     set_search_path(conn, schema)
     conn.autocommit = autocommit
     return conn

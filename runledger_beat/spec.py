@@ -35,6 +35,8 @@ from .timeengine import Timing
 
 OVERLAP_POLICIES = ("allow", "skip")
 SOURCES = ("api", "config")
+#: Longest pause note (the column's CHECK says the same).
+MAX_NOTE_LEN = 2000
 #: Columns whose change moves the cursor.
 TIMING_COLUMNS = ("kind", "cron_expr", "cron_day_and", "interval_seconds", "run_at", "timezone",
                   "max_jitter_seconds", "start_at", "end_at")
@@ -167,6 +169,18 @@ def check_seconds(field: str, value: Any) -> float | None:
     if not math.isfinite(seconds) or not 0 <= seconds <= MAX_SECONDS:
         raise ScheduleError(field, f"must be a finite number of seconds between 0 and {MAX_SECONDS}, got {value!r}")
     return seconds
+
+
+def check_note(value: Any) -> str | None:
+    """A pause note: text of at most MAX_NOTE_LEN characters; None or blank is no note."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ScheduleError("note", f"must be a string, got {type(value).__name__}")
+    value = value.strip()
+    if len(value) > MAX_NOTE_LEN:
+        raise ScheduleError("note", f"at most {MAX_NOTE_LEN} characters, got {len(value)}")
+    return value or None
 
 
 def check_organization(value: Any) -> str | None:

@@ -22,6 +22,8 @@ from . import queries
 
 #: NOTIFY channel that wakes every beat when schedules change.
 NOTIFY_CHANNEL = "runledger_schedules"
+#: How long the schedule audit log keeps an entry unless told otherwise (30 days).
+AUDIT_RETENTION_SECONDS = 30 * 86400.0
 
 
 class Store:
@@ -181,6 +183,24 @@ class Store:
     def deactivate_config(self, schedule_ids: Sequence[uuid.UUID]) -> list[str]:
         """Deactivate config schedules whose entry left the beat_schedule; returns their names."""
         return [r["name"] for r in self._all(queries.api_deactivate_config, {"ids": list(schedule_ids)})]
+
+    # -- schedule features (overlap, backfill, notes, audit, calendars) ------------------
+
+    def pause_schedule(self, schedule_id: uuid.UUID, note: str | None) -> dict:
+        """Pause a schedule, recording the note, when and who (role, application_name); returns the row."""
+        return self._one(queries.feature_pause_schedule, {"id": schedule_id, "note": note})
+
+    def clear_pause(self, schedule_id: uuid.UUID) -> dict | None:
+        """Forget a schedule's pause note; returns the row, or None when it had none."""
+        return self._one(queries.feature_clear_pause, {"id": schedule_id})
+
+    def audit(self, name: str | None, since_seconds: float | None, limit: int = 10000) -> list[dict]:
+        """Audit log entries (oldest first), optionally of one schedule and within a recent window."""
+        return self._all(queries.feature_audit, {"name": name, "since": since_seconds, "limit": limit})
+
+    def prune_audit(self, older_than_seconds: float = AUDIT_RETENTION_SECONDS) -> int:
+        """Delete audit entries older than the retention (default 30 days); returns how many."""
+        return self.conn.execute(queries.feature_prune_audit, {"older_than": float(older_than_seconds)}).rowcount
 
     # -- reading the ledger ----------------------------------------------------------
 
