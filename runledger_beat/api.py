@@ -42,7 +42,7 @@ from .spec import OVERLAP_POLICIES, SOURCES, TIMING_COLUMNS, ScheduleSpec, check
 from .store import Store
 from .timeengine import ScheduleError, first_fire
 
-__all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "create", "get",
+__all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "audit", "create", "get",
            "history", "list_schedules", "next_fires", "pause", "public", "public_job", "remove", "resume", "save",
            "trigger", "update", "upsert"]
 
@@ -303,6 +303,23 @@ def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str = DEF
     if not row["is_active"]:
         return []
     return fire_times(timing_from_row(row), now, uuid.UUID(str(row["id"])), count)
+
+
+def audit(conn_or_dsn: Any, name: str | None = None, since: Any = None, *, limit: int = 10000,
+          schema: str = DEFAULT_SCHEMA) -> list[dict]:
+    """Changes to schedules (API, CLI, config import, raw SQL; never beat's cursor moves), oldest first.
+
+    Each entry: {"id", "at", "who", "application_name", "operation", "schedule_id", "schedule_name",
+    "before", "after"}; before/after hold only the changed columns (None for an INSERT's before or a
+    DELETE's after). ``since`` is seconds, a timedelta or a duration like "1h", counted back from now.
+    """
+    from .spec import check_seconds
+    since_seconds = check_seconds("since", since)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ScheduleError("limit", f"must be a positive integer, got {limit!r}")
+    with _session(conn_or_dsn, schema, write=False) as store:
+        rows = store.audit(name, since_seconds, limit)
+    return [dict(r, schedule_id=str(r["schedule_id"]) if r["schedule_id"] else None) for r in rows]
 
 
 # ---------------------------------------------------------------------------

@@ -23,6 +23,8 @@ stderr, nothing written); 1 runtime failure (one line, never the password).
 - remove: {"removed": name}; migrate: {"applied": [file, ...]};
   sync: {"created", "updated", "unchanged", "deactivated", "errors": {name: text}};
   stats: [{"name", "total", "counts", "send_lag_p50", ...}]; preview: [time, ...]
+- audit: [{"id", "at", "who", "application_name", "operation", "schedule_id",
+  "schedule_name", "before", "after"}, ...] oldest first (before/after: changed columns only)
 """
 
 from __future__ import annotations
@@ -238,6 +240,27 @@ def cmd_stats(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 
+def _audit_line(entry: dict) -> list[Any]:
+    changed = sorted(set(entry["before"] or {}) | set(entry["after"] or {}))
+    if entry["operation"] == "UPDATE":
+        before, after = _jsonable(entry["before"]), _jsonable(entry["after"])
+        what = ", ".join(f"{k}: {json.dumps(before[k])} -> {json.dumps(after[k])}" for k in changed)
+    else:
+        what = f"{len(changed)} columns"
+    return [format_rfc3339(entry["at"]), entry["schedule_name"], entry["operation"], entry["who"],
+            entry["application_name"] or "-", what]
+
+
+def cmd_audit(args: argparse.Namespace, dsn: str) -> int:
+    from .formats import render_table
+    since = parse_duration(args.since, "since") if args.since else None
+    entries = api.audit(dsn, args.name, since, schema=args.schema)
+    text = render_table(("at", "schedule", "operation", "who", "application", "changes"),
+                        [_audit_line(e) for e in entries]) if entries else "no changes"
+    _emit(args, entries, text)
+    return 0
+
+
 def cmd_preview(args: argparse.Namespace, dsn: str) -> int:
     from .preview import run_preview
     return run_preview(args)
@@ -308,6 +331,7 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "resume": "start a paused schedule again from now", "remove": "delete a schedule (its ledger stays)",
         "trigger": "fire a schedule now, out of band", "history": "latest ledger rows of a schedule",
         "sync": "import a Celery app's beat_schedule", "stats": "per-schedule counts and lag percentiles",
+        "audit": "changes to schedules: who, when, what (API, CLI, raw SQL)",
         "preview": "the next fires of a timing (no database needed)",
         "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
     parsers = {}
@@ -336,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["history"].add_argument("--status", help="only rows of this status")
     p["stats"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["stats"].add_argument("--since", metavar="DURATION", help="only fires scheduled within this long ago (1h, 7d)")
+    p["audit"].add_argument("name", nargs="?", default=None, help="only this schedule")
+    p["audit"].add_argument("--since", metavar="DURATION", help="only changes within this long ago (1h, 7d)")
     add_preview_arguments(p["preview"])
     p["demo"].add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
     return parser
