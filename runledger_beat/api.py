@@ -28,21 +28,24 @@ activated; other edits keep it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .db import DEFAULT_SCHEMA, connect
+from .formats import format_rfc3339, parse_instant
 from .limits import OPTION_KEYS
 from .payload import merge_schedule_metadata, schedule_metadata
 from .schedule_row import timing_from_row
 from .spec import OVERLAP_POLICIES, SOURCES, TIMING_COLUMNS, ScheduleSpec, check_note, check_organization
 from .store import Store
-from .timeengine import ScheduleError, first_fire
+from .timeengine import ScheduleError, Timing, first_fire, next_fire_after
 
-__all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "audit", "create", "get",
+__all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "audit", "backfill",
+           "create", "get",
            "history", "list_schedules", "next_fires", "pause", "public", "public_job", "remove", "resume", "save",
            "trigger", "update", "upsert"]
 
@@ -303,6 +306,59 @@ def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str = DEF
     if not row["is_active"]:
         return []
     return fire_times(timing_from_row(row), now, uuid.UUID(str(row["id"])), count)
+
+
+def backfill(conn_or_dsn: Any, name: str, start: Any, end: Any, max_slots: int = 10000, *,
+             schema: str = DEFAULT_SCHEMA) -> dict:
+    """Record a pending ledger row for each slot of the schedule's timing in [start, end) that has none.
+
+    Rows are like normal fires (stage 'scheduled', payload = template + ``_schedule``) and marked
+    ``backfill``: the running beats' recovery sweep publishes them at once (the beats are notified).
+    Idempotent: a slot already in the ledger is left alone. More than ``max_slots`` slots is a
+    ScheduleError("max") and nothing is written; so is an ``end`` in the future (by the database clock).
+    Naive ``start``/``end`` are in the schedule's time zone. Returns {"schedule", "from", "to", "slots",
+    "created", "existing", "ids"} (ids of the rows created, in slot order).
+    """
+    if isinstance(max_slots, bool) or not isinstance(max_slots, int) or max_slots < 1:
+        raise ScheduleError("max", f"must be a positive integer, got {max_slots!r}")
+    with _session(conn_or_dsn, schema) as store:
+        row = _require(store, name)
+        tz = row["timezone"]
+        begin, finish = parse_instant("from", start, tz), parse_instant("to", end, tz)
+        if begin is None or finish is None:
+            raise ScheduleError("from" if begin is None else "to", "is required")
+        if finish <= begin:
+            raise ScheduleError("to", "must be after from")
+        if finish > store.db_now():
+            raise ScheduleError("to", "must not be in the future (the beat fires what is to come)")
+        slots = _slots(_timing(store, row), uuid.UUID(str(row["id"])), begin, finish, max_slots)
+        payloads = [json.dumps(merge_schedule_metadata(row["payload_template"],
+                                                       schedule_metadata(row["id"], row["name"], at)))
+                    for at in slots]
+        created = store.insert_backfill(row["id"], [uuid.uuid4() for _ in slots], slots, payloads) if slots else []
+        if created:
+            store.notify_schedules()
+    ids = [str(r["id"]) for r in sorted(created, key=lambda r: r["scheduled_for"])]
+    return {"schedule": name, "from": begin, "to": finish, "slots": len(slots), "created": len(ids),
+            "existing": len(slots) - len(ids), "ids": ids}
+
+
+def _slots(timing: Timing, schedule_id: uuid.UUID, begin: datetime, finish: datetime, limit: int) -> list[datetime]:
+    """The schedule's fires in [begin, finish); more than ``limit`` is ScheduleError("max")."""
+    slots: list[datetime] = []
+    cursor = next_fire_after(timing, begin - timedelta(microseconds=1), schedule_id)
+    while cursor is not None and cursor < finish:
+        if len(slots) == limit:
+            raise ScheduleError("max", f"more than {limit} slots between {format_rfc3339(begin)} and "
+                                       f"{format_rfc3339(finish)}; narrow the range or raise the maximum")
+        slots.append(cursor)
+        cursor = next_fire_after(timing, cursor, schedule_id)
+    return slots
+
+
+def _timing(store: Store, row: Mapping[str, Any]) -> Timing:
+    """The Timing of a stored schedule row."""
+    return timing_from_row(row)
 
 
 def audit(conn_or_dsn: Any, name: str | None = None, since: Any = None, *, limit: int = 10000,

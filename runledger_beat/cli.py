@@ -23,6 +23,7 @@ stderr, nothing written); 1 runtime failure (one line, never the password).
 - remove: {"removed": name}; migrate: {"applied": [file, ...]};
   sync: {"created", "updated", "unchanged", "deactivated", "errors": {name: text}};
   stats: [{"name", "total", "counts", "send_lag_p50", ...}]; preview: [time, ...]
+- backfill: {"schedule", "from", "to", "slots", "created", "existing", "ids": [id, ...]}
 - audit: [{"id", "at", "who", "application_name", "operation", "schedule_id",
   "schedule_name", "before", "after"}, ...] oldest first (before/after: changed columns only)
 """
@@ -240,6 +241,14 @@ def cmd_stats(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 
+def cmd_backfill(args: argparse.Namespace, dsn: str) -> int:
+    result = api.backfill(dsn, args.name, args.start, args.end, args.max, schema=args.schema)
+    _emit(args, result, f"backfilled {args.name}: {result['slots']} slot(s), {result['created']} recorded, "
+                        f"{result['existing']} already in the ledger" + ("; a running beat publishes them"
+                                                                         if result["created"] else ""))
+    return 0
+
+
 def _audit_line(entry: dict) -> list[Any]:
     changed = sorted(set(entry["before"] or {}) | set(entry["after"] or {}))
     if entry["operation"] == "UPDATE":
@@ -331,6 +340,7 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "resume": "start a paused schedule again from now", "remove": "delete a schedule (its ledger stays)",
         "trigger": "fire a schedule now, out of band", "history": "latest ledger rows of a schedule",
         "sync": "import a Celery app's beat_schedule", "stats": "per-schedule counts and lag percentiles",
+        "backfill": "record the missed fires of a time range (a running beat publishes them)",
         "audit": "changes to schedules: who, when, what (API, CLI, raw SQL)",
         "preview": "the next fires of a timing (no database needed)",
         "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
@@ -360,6 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
     p["history"].add_argument("--status", help="only rows of this status")
     p["stats"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["stats"].add_argument("--since", metavar="DURATION", help="only fires scheduled within this long ago (1h, 7d)")
+    p["backfill"].add_argument("name", help="schedule name")
+    p["backfill"].add_argument("--from", dest="start", required=True, metavar="ISO",
+                               help="first instant of the range (naive: the schedule's zone)")
+    p["backfill"].add_argument("--to", dest="end", required=True, metavar="ISO", help="end of the range (excluded)")
+    p["backfill"].add_argument("--max", type=int, default=10000, metavar="N",
+                               help="refuse (exit 2, nothing written) if the range holds more slots (default 10000)")
     p["audit"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["audit"].add_argument("--since", metavar="DURATION", help="only changes within this long ago (1h, 7d)")
     add_preview_arguments(p["preview"])

@@ -202,6 +202,14 @@ class Store:
         """Delete audit entries older than the retention (default 30 days); returns how many."""
         return self.conn.execute(queries.feature_prune_audit, {"older_than": float(older_than_seconds)}).rowcount
 
+    def insert_backfill(self, schedule_id: uuid.UUID, ids: Sequence[uuid.UUID], scheduled_fors: Sequence[datetime],
+                        payloads: Sequence[str]) -> list[dict]:
+        """Record backfill slots as pending ledger rows (payloads as JSON text); returns {id, scheduled_for}
+        of the rows inserted (a slot already recorded is not)."""
+        return self._all(queries.feature_insert_backfill, {
+            "schedule_id": schedule_id, "ids": list(ids), "scheduled_fors": list(scheduled_fors),
+            "payloads": list(payloads)})
+
     # -- reading the ledger ----------------------------------------------------------
 
     def job_stats(self, name: str | None, since_seconds: float | None) -> list[dict]:

@@ -11,6 +11,10 @@ from runledger_beat.db import connect
 from runledger_beat.materialize import run_pass
 from runledger_beat.store import Store
 
+from .e2e import count, delete_queue, prepare
+from .procs import start_beat
+from .services import wait_for
+
 
 def run(capsys, pg_dsn, schema, *argv):
     code = cli.main(["--dsn", pg_dsn, "--schema", schema, *argv])
@@ -110,3 +114,68 @@ def test_prune_audit_drops_entries_older_than_the_retention(db):
     assert store.prune_audit() == 1
     assert [e["operation"] for e in api.audit(db)] == ["UPDATE"]
     assert store.prune_audit(0) == 1 and api.audit(db) == []
+
+
+# -- backfill -------------------------------------------------------------------------------
+
+
+def test_backfill_records_each_missing_slot_once_like_a_normal_fire(capsys, db, pg_dsn, schema):
+    api.create(db, "tenmin", "t.x", cron="*/10 * * * *", args=[1], kwargs={"k": "v"}, options={"queue": "q"})
+    sid = api.get(db, "tenmin")["id"]
+    # One slot already fired normally: the backfill leaves it alone.
+    db.execute("INSERT INTO jobs (id, schedule_id, scheduled_for, job_type, payload, status)"
+               " VALUES (gen_random_uuid(), %s, '2026-01-01T10:20:00Z', 't.x', '{}', 'success')", (sid,))
+    code, out, err = run(capsys, pg_dsn, schema, "backfill", "tenmin", "--from", "2026-01-01T10:00:00Z",
+                         "--to", "2026-01-01T11:00:00Z", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["slots"], result["created"], result["existing"]) == (6, 5, 1)
+    rows = db.execute("SELECT * FROM jobs WHERE backfill ORDER BY scheduled_for").fetchall()
+    assert [r["scheduled_for"].strftime("%H:%M") for r in rows] == ["10:00", "10:10", "10:30", "10:40", "10:50"]
+    assert [str(r["id"]) for r in rows] == result["ids"]
+    first = rows[0]
+    assert first["stage"] == "scheduled" and first["status"] == "pending" and first["options"] == {"queue": "q"}
+    assert first["payload"] == {"args": [1], "kwargs": {"k": "v"}, "_schedule": {
+        "schedule_id": sid, "schedule_name": "tenmin", "scheduled_for": "2026-01-01T10:00:00Z"}}
+    again = api.backfill(pg_dsn, "tenmin", "2026-01-01T10:00:00Z", "2026-01-01T11:00:00Z", schema=schema)
+    assert (again["slots"], again["created"], again["existing"], again["ids"]) == (6, 0, 6, [])
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 6
+
+
+def test_backfill_over_the_cap_exits_2_and_writes_nothing(capsys, db, pg_dsn, schema):
+    api.create(db, "minutely", "t.x", cron="* * * * *", timezone="Europe/Berlin")
+    code, out, err = run(capsys, pg_dsn, schema, "backfill", "minutely", "--from", "2026-01-01T10:00",
+                         "--to", "2026-01-01T11:00", "--max", "59")
+    assert code == 2 and err.startswith("error: max: more than 59 slots")
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+    result = api.backfill(db, "minutely", "2026-01-01T10:00", "2026-01-01T11:00", max_slots=60)
+    assert result["created"] == 60 and result["from"].isoformat() == "2026-01-01T10:00:00+01:00"
+    for bad, field in ((("2026-01-01T11:00", "2026-01-01T10:00"), "to"), (("2999-01-01", "2999-01-02"), "to"),
+                       (("yesterday", "2026-01-01"), "from")):
+        with pytest.raises(api.ScheduleError) as err:
+            api.backfill(db, "minutely", *bad)
+        assert err.value.field == field
+    with pytest.raises(api.ScheduleError) as err:
+        api.backfill(db, "nope", "2026-01-01", "2026-01-02")
+    assert err.value.field == "name"
+
+
+def test_a_running_beat_publishes_backfilled_rows_promptly(db, pg_dsn, schema, amqp_url):
+    env, queue = prepare(db, pg_dsn, schema, amqp_url, extra={"runledger_recovery_grace": 2})
+    api.create(db, "hourly", "rl.record", cron="0 * * * *", args=["hourly"])
+    api.create(db, "busy", "rl.record", cron="* * * * * *", args=["busy"])  # beat moves its cursor every second
+    beat = start_beat(env)
+    try:
+        wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE schedule_name = 'busy'"
+                                   " AND status = 'sent'") >= 2, timeout=20, message="beat at work")
+        result = api.backfill(pg_dsn, "hourly", "2026-01-01T00:00:00Z", "2026-01-01T06:00:00Z", schema=schema)
+        assert result["created"] == 6
+        wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE backfill AND status = 'sent'") == 6,
+                 timeout=15, message="the backfilled rows to be published")
+    finally:
+        beat.stop()
+        delete_queue(amqp_url, queue)
+    lag = db.execute("SELECT max(sent_at - created_at) AS m FROM jobs WHERE backfill").fetchone()["m"]
+    assert lag.total_seconds() < 5
+    # Beat's own cursor moves of "busy" are not in the audit log: only its creation is.
+    assert [e["operation"] for e in api.audit(db, "busy")] == ["INSERT"]

@@ -29,3 +29,16 @@ SELECT id, at, who, application_name, operation, schedule_id, schedule_name, bef
 -- feature_prune_audit --
 -- Delete audit entries older than %(older_than)s seconds (the ledger's retention applies to the log too).
 DELETE FROM schedule_changes WHERE at < now() - make_interval(secs => %(older_than)s::float8);
+
+-- feature_insert_backfill --
+-- Backfill: one pending ledger row per slot of the schedule (stage 'scheduled', marked backfill so the sweep
+-- publishes it at once); a slot already in the ledger is left alone. Parameters travel in binary.
+INSERT INTO jobs (id, schedule_id, schedule_name, scheduled_for, job_type, organization_id,
+                  payload, options, stage, status, backfill, created_at)
+SELECT f.id, s.id, s.name, f.scheduled_for, s.job_type, s.organization_id,
+       f.payload::jsonb, s.options, 'scheduled', 'pending', true, statement_timestamp()
+  FROM unnest(%(ids)b::uuid[], %(scheduled_fors)b::timestamptz[], %(payloads)b::text[])
+       AS f(id, scheduled_for, payload)
+  JOIN job_schedules s ON s.id = %(schedule_id)s
+ON CONFLICT (schedule_id, scheduled_for) WHERE stage = 'scheduled' DO NOTHING
+RETURNING id, scheduled_for;

@@ -130,11 +130,12 @@ UPDATE jobs
  WHERE id = ANY(%(ids)b::uuid[]) AND status = 'pending';
 
 -- claim_pending_jobs --
--- Ledger rows still unpublished past the grace after their instant (manual triggers at once), locked for one sweeper.
+-- Ledger rows still unpublished past the grace after their instant (manual triggers, backfills and released
+-- buffered fires at once), locked for one sweeper.
 SELECT id, job_type, payload, options, schedule_id, schedule_name, scheduled_for
   FROM jobs
  WHERE status = 'pending'
-   AND (stage = 'manual'
+   AND (stage = 'manual' OR backfill OR released_at IS NOT NULL
         OR greatest(created_at, scheduled_for) < statement_timestamp() - make_interval(secs => %(grace)s))
  ORDER BY created_at
  LIMIT %(limit)s
