@@ -13,8 +13,8 @@ Schedules come back as plain dicts::
 
     {"id", "name", "task", "organization_id", "kind", "cron", "day_and", "every",
      "at", "timezone", "args", "kwargs", "options", "max_jitter", "misfire",
-     "grace", "overlap", "start", "end", "active", "source", "anchor_at",
-     "next_fire_at", "last_fired_at", "created_at", "updated_at",
+     "grace", "overlap", "start", "end", "active", "source", "skip_dates", "calendar",
+     "overlap_terminate", "anchor_at", "next_fire_at", "last_fired_at", "created_at", "updated_at",
      "pause_note", "paused_at", "paused_by", "paused_by_application"}
 
 (the pause_* keys are None unless the schedule was paused with ``pause()``).
@@ -37,15 +37,25 @@ from typing import Any
 
 from .db import DEFAULT_SCHEMA, connect
 from .formats import format_rfc3339, parse_instant
-from .limits import OPTION_KEYS
+from .limits import MAX_NAME_LEN, OPTION_KEYS
 from .payload import merge_schedule_metadata, schedule_metadata
 from .schedule_row import timing_from_row
-from .spec import OVERLAP_POLICIES, SOURCES, TIMING_COLUMNS, ScheduleSpec, check_note, check_organization
+from .spec import (
+    MAX_SKIP_DATES,
+    OVERLAP_POLICIES,
+    SOURCES,
+    TIMING_COLUMNS,
+    ScheduleSpec,
+    check_note,
+    check_organization,
+    check_skip_dates,
+    check_text,
+)
 from .store import Store
 from .timeengine import ScheduleError, Timing, first_fire, next_fire_after
 
-__all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "audit", "backfill",
-           "create", "get",
+__all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "add_calendar", "audit",
+           "backfill", "create", "get", "list_calendars", "remove_calendar",
            "history", "list_schedules", "next_fires", "pause", "public", "public_job", "remove", "resume", "save",
            "trigger", "update", "upsert"]
 
@@ -88,13 +98,13 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _cursor(row: Mapping[str, Any], now: datetime) -> datetime | None:
-    return first_fire(timing_from_row(row), now, uuid.UUID(str(row["id"])))
+def _cursor(store: Store, row: Mapping[str, Any], now: datetime) -> datetime | None:
+    return first_fire(_timing(store, row), now, uuid.UUID(str(row["id"])))
 
 
 def _insert(store: Store, cols: dict[str, Any], now: datetime) -> dict:
     new = dict(cols, id=uuid.uuid4(), anchor_at=cols["start_at"] or now)
-    new["next_fire_at"] = _cursor(new, now) if new["is_active"] else None
+    new["next_fire_at"] = _cursor(store, new, now) if new["is_active"] else None
     if new["next_fire_at"] is None:
         new["is_active"] = False  # paused, or nothing left to fire
     return store.insert_schedule(new)
@@ -114,7 +124,7 @@ def _replace(store: Store, old: dict, cols: dict[str, Any], now: datetime) -> di
         if activating and not timing_changed and old["kind"] == "once" and old["last_fired_at"]:
             new["next_fire_at"] = None  # a finished one-off stays finished
         else:
-            new["next_fire_at"] = _cursor(new, now)
+            new["next_fire_at"] = _cursor(store, new, now)
         if new["next_fire_at"] is None:
             new["is_active"] = False
     return store.update_schedule(new)
@@ -125,6 +135,8 @@ def save(store: Store, cols: dict[str, Any], mode: str = "upsert") -> tuple[dict
 
     ``mode`` is "create", "update" or "upsert"; returns (row, "created" | "updated" | "unchanged").
     """
+    if cols.get("calendar") and store.calendar(cols["calendar"]) is None:
+        raise ScheduleError("calendar", f"no calendar named {cols['calendar']!r} (runledger-beat calendar add)")
     now = store.db_now()
     old = store.schedule(cols["name"], lock=True)
     if old is None:
@@ -150,12 +162,14 @@ def upsert(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, e
            options: Mapping | None = None, max_jitter: int = 0, misfire: str = "fire_once",
            grace: Any = None, overlap: str = "allow", start: Any = None, end: Any = None,
            organization_id: Any = None, active: bool = True, day_and: bool = False,
-           source: str = "api", schema: str = DEFAULT_SCHEMA) -> dict:
+           source: str = "api", skip_dates: Any = (), calendar: str | None = None,
+           overlap_terminate: bool = False, schema: str = DEFAULT_SCHEMA) -> dict:
     """Create the schedule ``name`` or replace its whole definition; returns it."""
     spec = ScheduleSpec(name, task, cron=cron, every=every, at=at, timezone=timezone, args=args, kwargs=kwargs,
                         options=options, max_jitter=max_jitter, misfire=misfire, grace=grace, overlap=overlap,
                         start=start, end=end, organization_id=organization_id, active=active, day_and=day_and,
-                        source=source)
+                        source=source, skip_dates=skip_dates, calendar=calendar,
+                        overlap_terminate=overlap_terminate)
     return _definition(conn_or_dsn, spec, "upsert", schema)
 
 
@@ -164,12 +178,14 @@ def create(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, e
            options: Mapping | None = None, max_jitter: int = 0, misfire: str = "fire_once",
            grace: Any = None, overlap: str = "allow", start: Any = None, end: Any = None,
            organization_id: Any = None, active: bool = True, day_and: bool = False,
-           source: str = "api", schema: str = DEFAULT_SCHEMA) -> dict:
+           source: str = "api", skip_dates: Any = (), calendar: str | None = None,
+           overlap_terminate: bool = False, schema: str = DEFAULT_SCHEMA) -> dict:
     """Like upsert, but a schedule of that name already existing is a ScheduleError("name")."""
     spec = ScheduleSpec(name, task, cron=cron, every=every, at=at, timezone=timezone, args=args, kwargs=kwargs,
                         options=options, max_jitter=max_jitter, misfire=misfire, grace=grace, overlap=overlap,
                         start=start, end=end, organization_id=organization_id, active=active, day_and=day_and,
-                        source=source)
+                        source=source, skip_dates=skip_dates, calendar=calendar,
+                        overlap_terminate=overlap_terminate)
     return _definition(conn_or_dsn, spec, "create", schema)
 
 
@@ -178,7 +194,8 @@ def update(conn_or_dsn: Any, name: str, task: str = _UNSET, *, cron: Any = _UNSE
            kwargs: Any = _UNSET, options: Any = _UNSET, max_jitter: Any = _UNSET,
            misfire: Any = _UNSET, grace: Any = _UNSET, overlap: Any = _UNSET, start: Any = _UNSET,
            end: Any = _UNSET, organization_id: Any = _UNSET, active: Any = _UNSET,
-           day_and: Any = _UNSET, source: Any = _UNSET, schema: str = DEFAULT_SCHEMA) -> dict:
+           day_and: Any = _UNSET, source: Any = _UNSET, skip_dates: Any = _UNSET, calendar: Any = _UNSET,
+           overlap_terminate: Any = _UNSET, schema: str = DEFAULT_SCHEMA) -> dict:
     """Change only the given fields of an existing schedule (missing: ScheduleError("name")).
 
     Giving one of cron / every / at switches the schedule to that form. ``options``
@@ -187,7 +204,8 @@ def update(conn_or_dsn: Any, name: str, task: str = _UNSET, *, cron: Any = _UNSE
     given = {k: v for k, v in dict(
         task=task, cron=cron, every=every, at=at, timezone=timezone, args=args, kwargs=kwargs, options=options,
         max_jitter=max_jitter, misfire=misfire, grace=grace, overlap=overlap, start=start, end=end,
-        organization_id=organization_id, active=active, day_and=day_and, source=source).items() if v is not _UNSET}
+        organization_id=organization_id, active=active, day_and=day_and, source=source, skip_dates=skip_dates,
+        calendar=calendar, overlap_terminate=overlap_terminate).items() if v is not _UNSET}
     with _session(conn_or_dsn, schema) as store:
         old = store.schedule(name, lock=True)
         if old is None:
@@ -259,7 +277,7 @@ def resume(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict
     """Start a paused schedule again from now: missed fires are not caught up; the pause note is cleared."""
     with _session(conn_or_dsn, schema) as store:
         row = _require(store, name, lock=True)
-        nxt = _cursor(row, store.db_now())
+        nxt = _cursor(store, row, store.db_now())
         row = store.set_active(row["id"], nxt is not None, nxt)
         row = store.clear_pause(row["id"]) or row
     return public(row)
@@ -303,9 +321,10 @@ def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str = DEF
     with _session(conn_or_dsn, schema, write=False) as store:
         row = _require(store, name)
         now = store.db_now()
+        timing = _timing(store, row)
     if not row["is_active"]:
         return []
-    return fire_times(timing_from_row(row), now, uuid.UUID(str(row["id"])), count)
+    return fire_times(timing, now, uuid.UUID(str(row["id"])), count)
 
 
 def backfill(conn_or_dsn: Any, name: str, start: Any, end: Any, max_slots: int = 10000, *,
@@ -357,8 +376,44 @@ def _slots(timing: Timing, schedule_id: uuid.UUID, begin: datetime, finish: date
 
 
 def _timing(store: Store, row: Mapping[str, Any]) -> Timing:
-    """The Timing of a stored schedule row."""
+    """The Timing of a stored schedule row, its calendar's dates among the skip dates."""
+    if row.get("calendar") and "calendar_dates" not in row:
+        found = store.calendar(row["calendar"])
+        row = dict(row, calendar_dates=found["dates"] if found else None)
     return timing_from_row(row)
+
+
+def add_calendar(conn_or_dsn: Any, name: str, dates: Any, *, schema: str = DEFAULT_SCHEMA) -> dict:
+    """Create the calendar ``name`` with ``dates`` (local dates; a list or "2026-12-25,2026-12-26"),
+    or add them to an existing one. Schedules using it never fire on those dates (in their own zone)."""
+    name = check_text("calendar", name, MAX_NAME_LEN)
+    found = check_skip_dates(dates, "dates")
+    if not found:
+        raise ScheduleError("dates", "give at least one date")
+    with _session(conn_or_dsn, schema) as store:
+        cal = store.add_calendar(name, found)
+        if len(cal["dates"]) > MAX_SKIP_DATES:
+            raise ScheduleError("dates", f"a calendar holds at most {MAX_SKIP_DATES} dates")
+        store.notify_schedules()
+    return dict(cal)
+
+
+def list_calendars(conn_or_dsn: Any, *, schema: str = DEFAULT_SCHEMA) -> list[dict]:
+    """Every calendar: {"name", "dates", "created_at", "updated_at", "schedules": [names using it]}."""
+    with _session(conn_or_dsn, schema, write=False) as store:
+        return [dict(c) for c in store.calendars()]
+
+
+def remove_calendar(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> bool:
+    """Delete a calendar; ScheduleError("calendar") when missing or still used by schedules."""
+    with _session(conn_or_dsn, schema) as store:
+        users = store.calendar_users(name)
+        if users:
+            raise ScheduleError("calendar", f"calendar {name!r} is used by {', '.join(users)}; "
+                                            "update them with --calendar '' first")
+        if not store.delete_calendar(name):
+            raise ScheduleError("calendar", f"no calendar named {name!r}")
+    return True
 
 
 def audit(conn_or_dsn: Any, name: str | None = None, since: Any = None, *, limit: int = 10000,

@@ -24,6 +24,8 @@ stderr, nothing written); 1 runtime failure (one line, never the password).
   sync: {"created", "updated", "unchanged", "deactivated", "errors": {name: text}};
   stats: [{"name", "total", "counts", "send_lag_p50", ...}]; preview: [time, ...]
 - backfill: {"schedule", "from", "to", "slots", "created", "existing", "ids": [id, ...]}
+- calendar add: {"name", "dates", "created_at", "updated_at"}; calendar list: [that + "schedules"];
+  calendar remove: {"removed": name}
 - audit: [{"id", "at", "who", "application_name", "operation", "schedule_id",
   "schedule_name", "before", "after"}, ...] oldest first (before/after: changed columns only)
 """
@@ -36,7 +38,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import psycopg
@@ -61,6 +63,8 @@ class UsageError(Exception):
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return format_rfc3339(value)
+    if isinstance(value, date):
+        return value.isoformat()
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, dict):
@@ -132,7 +136,8 @@ def _dsn(args: argparse.Namespace) -> str:
 _SIMPLE_FIELDS = {"task": "task", "cron": "cron", "every": "every", "at": "at", "timezone": "timezone",
                   "jitter": "max_jitter", "misfire": "misfire", "grace": "grace", "overlap": "overlap",
                   "start": "start", "end": "end", "org": "organization_id", "day_and": "day_and",
-                  "active": "active"}
+                  "active": "active", "skip_dates": "skip_dates", "calendar": "calendar",
+                  "overlap_terminate": "overlap_terminate"}
 _OPTION_FLAGS = ("queue", "routing_key", "priority", "expires")
 
 
@@ -270,6 +275,25 @@ def cmd_audit(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 
+def _calendar_text(c: dict) -> str:
+    users = c.get("schedules")
+    return (f"{c['name']}\t{len(c['dates'])} date(s): {', '.join(d.isoformat() for d in c['dates'])}"
+            + (f"\tused by: {', '.join(users)}" if users else ""))
+
+
+def cmd_calendar(args: argparse.Namespace, dsn: str) -> int:
+    if args.action == "add":
+        cal = api.add_calendar(dsn, args.calendar_name, args.dates, schema=args.schema)
+        _emit(args, cal, "calendar " + _calendar_text(cal))
+    elif args.action == "remove":
+        api.remove_calendar(dsn, args.calendar_name, schema=args.schema)
+        _emit(args, {"removed": args.calendar_name}, f"removed calendar {args.calendar_name}")
+    else:
+        cals = api.list_calendars(dsn, schema=args.schema)
+        _emit(args, cals, "\n".join(_calendar_text(c) for c in cals) or "no calendars")
+    return 0
+
+
 def cmd_preview(args: argparse.Namespace, dsn: str) -> int:
     from .preview import run_preview
     return run_preview(args)
@@ -322,6 +346,12 @@ def _definition_args(p: argparse.ArgumentParser, update: bool) -> None:
     p.add_argument("--start", help="ISO 8601: no fire before this instant (also the interval anchor)")
     p.add_argument("--end", help="ISO 8601: no fire after this instant")
     p.add_argument("--org", help="organization UUID")
+    p.add_argument("--skip-dates", metavar="DATES",
+                   help="local dates (schedule's zone) with no fire, e.g. 2026-12-25,2026-12-26"
+                        + (" ('' clears them)" if update else ""))
+    p.add_argument("--calendar", metavar="NAME",
+                   help="a named calendar whose dates are skipped too (runledger-beat calendar add)"
+                        + (" ('' clears it)" if update else ""))
     p.add_argument("--day-and", action="store_true", default=None,
                    help="AND day-of-month and day-of-week (Celery's crontab) instead of cron's OR")
     if update:
@@ -341,6 +371,7 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "trigger": "fire a schedule now, out of band", "history": "latest ledger rows of a schedule",
         "sync": "import a Celery app's beat_schedule", "stats": "per-schedule counts and lag percentiles",
         "backfill": "record the missed fires of a time range (a running beat publishes them)",
+        "calendar": "named sets of skip dates shared by schedules: add, list, remove",
         "audit": "changes to schedules: who, when, what (API, CLI, raw SQL)",
         "preview": "the next fires of a timing (no database needed)",
         "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
@@ -348,10 +379,22 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
     for name in COMMANDS:
         p = sub.add_parser(name, help=helps[name], description=helps[name])
         _global_options(p, top=False)
-        if name not in ("preview", "demo"):
+        if name not in ("preview", "demo", "calendar"):  # calendar's actions take --json themselves
             p.add_argument("--json", action="store_true", help="machine-readable output")
         parsers[name] = p
     return parsers
+
+
+def _calendar_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="create a calendar or add dates to it")
+    add.add_argument("calendar_name", metavar="NAME")
+    add.add_argument("--dates", required=True, help="local dates, e.g. 2026-12-25,2026-12-26")
+    actions.add_parser("list", help="every calendar and the schedules using it")
+    remove = actions.add_parser("remove", help="delete a calendar no schedule uses")
+    remove.add_argument("calendar_name", metavar="NAME")
+    for sub in (add, remove, actions.choices["list"]):
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -376,6 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["backfill"].add_argument("--to", dest="end", required=True, metavar="ISO", help="end of the range (excluded)")
     p["backfill"].add_argument("--max", type=int, default=10000, metavar="N",
                                help="refuse (exit 2, nothing written) if the range holds more slots (default 10000)")
+    _calendar_arguments(p["calendar"])
     p["audit"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["audit"].add_argument("--since", metavar="DURATION", help="only changes within this long ago (1h, 7d)")
     add_preview_arguments(p["preview"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import psycopg
@@ -209,6 +209,26 @@ class Store:
         return self._all(queries.feature_insert_backfill, {
             "schedule_id": schedule_id, "ids": list(ids), "scheduled_fors": list(scheduled_fors),
             "payloads": list(payloads)})
+
+    def add_calendar(self, name: str, dates: Sequence[date]) -> dict:
+        """Create a calendar or add dates to it; returns it."""
+        return self._one(queries.feature_calendar_add, {"name": name, "dates": sorted(dates)})
+
+    def calendar(self, name: str) -> dict | None:
+        """One calendar, or None."""
+        return self._one(queries.feature_calendar_get, {"name": name})
+
+    def calendars(self) -> list[dict]:
+        """Every calendar with the names of the schedules using it."""
+        return self._all(queries.feature_calendar_list)
+
+    def calendar_users(self, name: str) -> list[str]:
+        """Names of the schedules using a calendar."""
+        return [r["name"] for r in self._all(queries.feature_calendar_users, {"name": name})]
+
+    def delete_calendar(self, name: str) -> bool:
+        """Remove a calendar no schedule uses; False when there was none."""
+        return self._one(queries.feature_calendar_delete, {"name": name}) is not None
 
     # -- reading the ledger ----------------------------------------------------------
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import uuid
+from dataclasses import replace
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -10,6 +13,7 @@ from runledger_beat import api, cli
 from runledger_beat.db import connect
 from runledger_beat.materialize import run_pass
 from runledger_beat.store import Store
+from runledger_beat.timeengine import MAX_SKIPPED_DAYS, ScheduleError, Timing, advance, fire_times, format_rfc3339
 
 from .e2e import count, delete_queue, prepare
 from .procs import start_beat
@@ -179,3 +183,85 @@ def test_a_running_beat_publishes_backfilled_rows_promptly(db, pg_dsn, schema, a
     assert lag.total_seconds() < 5
     # Beat's own cursor moves of "busy" are not in the audit log: only its creation is.
     assert [e["operation"] for e in api.audit(db, "busy")] == ["INSERT"]
+
+
+# -- skip dates and calendars -------------------------------------------------------------
+
+BERLIN_DST = ["--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--after", "2026-03-27T12:00:00Z", "--count", "4",
+              "--json"]
+
+
+def _fires(timing, after, n=4):
+    return [format_rfc3339(f) for f in fire_times(timing, datetime.fromisoformat(after), uuid.UUID(int=0), n)]
+
+
+def test_skip_dates_across_the_spring_dst_change_in_berlin():
+    daily = Timing("cron", cron="30 2 * * *", timezone="Europe/Berlin").validate()
+    # 2026-03-29 is the last Sunday of March: 02:30 does not exist and fires right after the gap, at 03:00 CEST.
+    assert _fires(daily, "2026-03-27T12:00:00+00:00") == [
+        "2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z", "2026-03-31T00:30:00Z"]
+    skip_dst_day = replace(daily, skip_dates=frozenset({date(2026, 3, 29)})).validate()
+    assert _fires(skip_dst_day, "2026-03-27T12:00:00+00:00") == [
+        "2026-03-28T01:30:00Z", "2026-03-30T00:30:00Z", "2026-03-31T00:30:00Z", "2026-04-01T00:30:00Z"]
+    around = replace(daily, skip_dates=frozenset({date(2026, 3, 28), date(2026, 3, 30)})).validate()
+    assert _fires(around, "2026-03-27T12:00:00+00:00", 3) == [
+        "2026-03-29T01:00:00Z", "2026-03-31T00:30:00Z", "2026-04-01T00:30:00Z"]
+    # The cursor moves past an excluded date (advance), and a due slot on one is not fired by the beat.
+    step = advance(skip_dst_day, datetime(2026, 3, 28, 1, 30, tzinfo=UTC), datetime(2026, 3, 28, 1, 30, tzinfo=UTC),
+                   uuid.UUID(int=0))
+    assert step.fire and format_rfc3339(step.next_fire_at) == "2026-03-30T00:30:00Z"
+    # Hourly in a zone: the whole local day (23 hours on the DST day) is skipped, midnight to midnight.
+    hourly = Timing("cron", cron="0 * * * *", timezone="Europe/Berlin",
+                    skip_dates=frozenset({date(2026, 3, 29)})).validate()
+    assert _fires(hourly, "2026-03-28T21:30:00+00:00", 3) == [
+        "2026-03-28T22:00:00Z", "2026-03-29T22:00:00Z", "2026-03-29T23:00:00Z"]
+    every_day_excluded = replace(daily, skip_dates=frozenset(date(2026, 1, 1) + timedelta(days=i)
+                                                             for i in range(MAX_SKIPPED_DAYS + 1))).validate()
+    with pytest.raises(ScheduleError) as err:
+        _fires(every_day_excluded, "2025-12-31T12:00:00+00:00", 1)
+    assert err.value.field == "skip_dates"
+
+
+def test_preview_skip_dates(capsys):
+    assert cli.main(["preview", *BERLIN_DST, "--skip-dates", "2026-03-29,2026-03-31"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        "2026-03-28T01:30:00Z", "2026-03-30T00:30:00Z", "2026-04-01T00:30:00Z", "2026-04-02T00:30:00Z"]
+    assert cli.main(["preview", *BERLIN_DST, "--skip-dates", "2026-02-30"]) == 2
+    assert "error: skip_dates: invalid date '2026-02-30'" in capsys.readouterr().err
+
+
+def test_skip_dates_and_calendars_on_add_update_show_and_the_beat(capsys, db, pg_dsn, schema):
+    code, out, err = run(capsys, pg_dsn, schema, "calendar", "add", "holidays", "--dates", "2099-12-25,2099-12-26",
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["dates"] == ["2099-12-25", "2099-12-26"]
+    assert run(capsys, pg_dsn, schema, "calendar", "add", "holidays", "--dates", "2099-01-01")[0] == 0
+    code, out, err = run(capsys, pg_dsn, schema, "add", "xmas", "--task", "t.x", "--cron", "0 9 * * *",
+                         "--tz", "Europe/Berlin", "--start", "2099-12-24T00:00:00", "--skip-dates", "2099-12-24",
+                         "--calendar", "holidays", "--json")
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["skip_dates"] == ["2099-12-24"] and row["calendar"] == "holidays"
+    assert row["next_fire_at"] == "2099-12-27T08:00:00Z"  # 24th own date, 25th and 26th from the calendar
+    code, out, _ = run(capsys, pg_dsn, schema, "show", "xmas", "--json")
+    assert json.loads(out)["next_fires"][:3] == ["2099-12-27T08:00:00Z", "2099-12-28T08:00:00Z",
+                                                 "2099-12-29T08:00:00Z"]
+    code, out, _ = run(capsys, pg_dsn, schema, "calendar", "list", "--json")
+    assert json.loads(out) == [dict(json.loads(out)[0], name="holidays", schedules=["xmas"],
+                                    dates=["2099-01-01", "2099-12-25", "2099-12-26"])]
+    code, _, err = run(capsys, pg_dsn, schema, "calendar", "remove", "holidays")
+    assert code == 2 and "used by xmas" in err
+    code, out, _ = run(capsys, pg_dsn, schema, "update", "xmas", "--calendar", "", "--skip-dates", "", "--json")
+    assert json.loads(out)["next_fire_at"] == "2099-12-24T08:00:00Z" and json.loads(out)["calendar"] is None
+    assert run(capsys, pg_dsn, schema, "calendar", "remove", "holidays")[0] == 0
+    code, _, err = run(capsys, pg_dsn, schema, "update", "xmas", "--calendar", "nope")
+    assert code == 2 and err.startswith("error: calendar: no calendar named 'nope'")
+
+    # The beat: a calendar date added after the cursor was set is passed over without a fire.
+    api.add_calendar(db, "today", [db.execute("SELECT (now() AT TIME ZONE 'UTC')::date AS d").fetchone()["d"]])
+    api.create(db, "due", "t.x", cron="0 * * * *", calendar="today")  # today excluded: the next fire is tomorrow
+    assert api.get(db, "due")["next_fire_at"].date() > datetime.now(UTC).date()
+    db.execute("UPDATE job_schedules SET next_fire_at = now() - interval '1 second' WHERE name = 'due'")
+    assert run_pass(Store(db), 10).claimed == 1
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+    assert api.get(db, "due")["next_fire_at"].date() > datetime.now(UTC).date()

@@ -42,3 +42,32 @@ SELECT f.id, s.id, s.name, f.scheduled_for, s.job_type, s.organization_id,
   JOIN job_schedules s ON s.id = %(schedule_id)s
 ON CONFLICT (schedule_id, scheduled_for) WHERE stage = 'scheduled' DO NOTHING
 RETURNING id, scheduled_for;
+
+-- feature_calendar_add --
+-- Create a calendar, or add dates to an existing one (dates kept sorted and unique).
+INSERT INTO calendars AS c (name, dates)
+VALUES (%(name)s, %(dates)s::date[])
+ON CONFLICT (name) DO UPDATE
+   SET dates = (SELECT array_agg(DISTINCT d ORDER BY d) FROM unnest(c.dates || EXCLUDED.dates) AS u(d)),
+       updated_at = now()
+RETURNING name, dates, created_at, updated_at;
+
+-- feature_calendar_get --
+-- One calendar by name.
+SELECT name, dates, created_at, updated_at FROM calendars WHERE name = %(name)s;
+
+-- feature_calendar_list --
+-- Every calendar with the names of the schedules using it.
+SELECT c.name, c.dates, c.created_at, c.updated_at,
+       coalesce((SELECT array_agg(s.name ORDER BY s.name) FROM job_schedules s WHERE s.calendar = c.name),
+                '{}') AS schedules
+  FROM calendars c
+ ORDER BY c.name;
+
+-- feature_calendar_users --
+-- The schedules using a calendar.
+SELECT name FROM job_schedules WHERE calendar = %(name)s ORDER BY name;
+
+-- feature_calendar_delete --
+-- Remove a calendar (the foreign key refuses while schedules use it).
+DELETE FROM calendars WHERE name = %(name)s RETURNING name;
