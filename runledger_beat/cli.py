@@ -342,7 +342,10 @@ def _definition_args(p: argparse.ArgumentParser, update: bool) -> None:
     p.add_argument("--jitter", type=int, help="max jitter in seconds (deterministic per schedule)")
     p.add_argument("--misfire", help="fire_once (default) or skip: what to do with fires missed in an outage")
     p.add_argument("--grace", help="seconds (or duration) a missed fire may be late and still run")
-    p.add_argument("--overlap", help="allow (default) or skip: skip a fire while the previous run is live")
+    p.add_argument("--overlap", help="while the previous run is live: allow (default), skip the fire, buffer_one "
+                                      "(one fire waits, later ones skipped) or cancel_other (revoke the live run)")
+    p.add_argument("--overlap-terminate", action=argparse.BooleanOptionalAction, default=None,
+                   help="cancel_other: also terminate a run already started (revoke with terminate=True)")
     p.add_argument("--start", help="ISO 8601: no fire before this instant (also the interval anchor)")
     p.add_argument("--end", help="ISO 8601: no fire after this instant")
     p.add_argument("--org", help="organization UUID")

@@ -33,7 +33,7 @@ from .limits import (
 )
 from .timeengine import Timing
 
-OVERLAP_POLICIES = ("allow", "skip")
+OVERLAP_POLICIES = ("allow", "skip", "buffer_one", "cancel_other")
 SOURCES = ("api", "config")
 #: Longest pause note (the column's CHECK says the same).
 MAX_NOTE_LEN = 2000

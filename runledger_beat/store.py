@@ -230,6 +230,20 @@ class Store:
         """Remove a calendar no schedule uses; False when there was none."""
         return self._one(queries.feature_calendar_delete, {"name": name}) is not None
 
+    def buffer_overlapping(self, fire_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """buffer_one fires: while a run is live the first waits ('buffered'), further ones are skipped;
+        returns the ids held back."""
+        return {r["id"] for r in self._all(queries.overlap_buffer_fires, {"ids": list(fire_ids)})}
+
+    def release_buffered(self, finished_job_id: str | None = None, limit: int = 1000) -> list[dict]:
+        """Buffered fires whose schedule has no live run become pending (released); returns them to publish.
+        With ``finished_job_id`` only that run's schedule."""
+        return self._all(queries.overlap_release_buffered, {"job_id": finished_job_id, "limit": limit})
+
+    def cancel_overlapped(self, fire_ids: Sequence[uuid.UUID]) -> list[dict]:
+        """cancel_other fires: mark revoked the earlier live runs of their schedules; returns {id, terminate}."""
+        return self._all(queries.overlap_cancel_runs, {"ids": list(fire_ids)})
+
     # -- reading the ledger ----------------------------------------------------------
 
     def job_stats(self, name: str | None, since_seconds: float | None) -> list[dict]:

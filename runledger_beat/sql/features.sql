@@ -71,3 +71,61 @@ SELECT name FROM job_schedules WHERE calendar = %(name)s ORDER BY name;
 -- feature_calendar_delete --
 -- Remove a calendar (the foreign key refuses while schedules use it).
 DELETE FROM calendars WHERE name = %(name)s RETURNING name;
+
+-- overlap_buffer_fires --
+-- Just before commit, for fires of buffer_one schedules: while an earlier run is live (or a fire already waits),
+-- the first later fire waits as 'buffered' and any further one is 'skipped'. Returns the fires held back.
+WITH d AS (
+    SELECT f.id,
+           EXISTS (SELECT 1 FROM jobs b
+                    WHERE b.schedule_id = f.schedule_id AND b.status = 'buffered' AND b.id <> f.id) AS waiting,
+           EXISTS (SELECT 1 FROM jobs p
+                    WHERE p.schedule_id = f.schedule_id AND p.id <> f.id
+                      AND (p.stage = 'manual' OR p.scheduled_for < f.scheduled_for)
+                      AND p.status IN ('pending', 'sent', 'received', 'started', 'retry')) AS live
+      FROM jobs f
+     WHERE f.id = ANY(%(ids)b::uuid[])
+)
+UPDATE jobs f
+   SET status = CASE WHEN d.waiting THEN 'skipped' ELSE 'buffered' END,
+       finished_at = CASE WHEN d.waiting THEN statement_timestamp() END,
+       last_error = CASE WHEN d.waiting THEN 'overlap: a later fire is already waiting (buffer_one)'
+                         ELSE 'overlap: waiting for the live run to finish (buffer_one)' END
+  FROM d
+ WHERE f.id = d.id AND (d.live OR d.waiting)
+RETURNING f.id;
+
+-- overlap_release_buffered --
+-- A buffered fire whose schedule has no live run any more becomes pending with released_at set, so the caller
+-- publishes it (the worker hook), else the recovery sweep does at once. With %(job_id)s only the schedule of that
+-- finished run; NULL: every schedule (the sweep). The earliest buffered fire of a schedule goes first.
+UPDATE jobs j
+   SET status = 'pending', released_at = statement_timestamp(), last_error = NULL
+  FROM (SELECT b.id
+          FROM jobs b
+         WHERE b.status = 'buffered'
+           AND (%(job_id)s::uuid IS NULL
+                OR b.schedule_id = (SELECT r.schedule_id FROM jobs r WHERE r.id = %(job_id)s::uuid))
+           AND NOT EXISTS (SELECT 1 FROM jobs p
+                            WHERE p.schedule_id = b.schedule_id
+                              AND p.status IN ('pending', 'sent', 'received', 'started', 'retry'))
+           AND NOT EXISTS (SELECT 1 FROM jobs e
+                            WHERE e.schedule_id = b.schedule_id AND e.status = 'buffered'
+                              AND e.scheduled_for < b.scheduled_for)
+         LIMIT %(limit)s
+           FOR UPDATE SKIP LOCKED) n
+ WHERE j.id = n.id AND j.status = 'buffered'
+RETURNING j.id, j.job_type, j.payload, j.options, j.schedule_id, j.schedule_name, j.scheduled_for;
+
+-- overlap_cancel_runs --
+-- Just before commit, for fires of cancel_other schedules: the schedule's earlier live runs not yet started (and
+-- started ones when overlap_terminate is on) become revoked; returned, with the flag, for app.control.revoke.
+UPDATE jobs p
+   SET status = 'revoked', finished_at = statement_timestamp(),
+       last_error = 'overlap: cancelled by a later fire (cancel_other)'
+  FROM jobs f JOIN job_schedules s ON s.id = f.schedule_id
+ WHERE f.id = ANY(%(ids)b::uuid[])
+   AND p.schedule_id = f.schedule_id AND p.id <> f.id
+   AND (p.stage = 'manual' OR p.scheduled_for < f.scheduled_for)
+   AND (p.status IN ('pending', 'sent', 'received', 'retry') OR (p.status = 'started' AND s.overlap_terminate))
+RETURNING p.id, s.overlap_terminate AS terminate;
