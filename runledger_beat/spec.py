@@ -129,6 +129,9 @@ class ScheduleSpec:
             raise ScheduleError("timezone", f"unknown time zone {tz!r}")
         zone(tz)
         kind = {"cron": "cron", "every": "interval", "at": "once"}[given[0]]
+        skip_dates = check_skip_dates(self.skip_dates)
+        if kind == "once" and (skip_dates or self.calendar):
+            raise ScheduleError("skip_dates", "a one-off (at) schedule has no dates to skip; move its instant instead")
         cron = None
         if kind == "cron":
             if not isinstance(self.cron, str) or len(self.cron) > MAX_CRON_LEN:
@@ -140,7 +143,7 @@ class ScheduleSpec:
             at=parse_instant("at", self.at, tz), timezone=tz,
             start=parse_instant("start", self.start, tz), end=parse_instant("end", self.end, tz),
             max_jitter=self.max_jitter, misfire=self.misfire, grace=check_seconds("grace", self.grace),
-            skip_dates=check_skip_dates(self.skip_dates),
+            skip_dates=skip_dates,
         ).validate()
 
 

@@ -265,3 +265,9 @@ def test_skip_dates_and_calendars_on_add_update_show_and_the_beat(capsys, db, pg
     assert run_pass(Store(db), 10).claimed == 1
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
     assert api.get(db, "due")["next_fire_at"].date() > datetime.now(UTC).date()
+
+
+def test_a_one_off_schedule_refuses_skip_dates(db):
+    with pytest.raises(ScheduleError) as err:
+        api.create(db, "once", "t.x", at="2099-01-01T00:00:00Z", skip_dates="2099-01-01")
+    assert err.value.field == "skip_dates"
