@@ -301,7 +301,7 @@ def trigger(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dic
             "id": uuid.uuid4(), "schedule_id": row["id"], "schedule_name": row["name"],
             "scheduled_for": now, "job_type": row["job_type"],
             "organization_id": row["organization_id"], "payload": payload, "options": row["options"]})
-        store.notify_schedules()
+        store.notify_outbox()
     return public_job(job)
 
 
@@ -356,7 +356,7 @@ def backfill(conn_or_dsn: Any, name: str, start: Any, end: Any, max_slots: int =
                     for at in slots]
         created = store.insert_backfill(row["id"], [uuid.uuid4() for _ in slots], slots, payloads) if slots else []
         if created:
-            store.notify_schedules()
+            store.notify_outbox()
     ids = [str(r["id"]) for r in sorted(created, key=lambda r: r["scheduled_for"])]
     return {"schedule": name, "from": begin, "to": finish, "slots": len(slots), "created": len(ids),
             "existing": len(slots) - len(ids), "ids": ids}

@@ -342,6 +342,10 @@ class FirePipeline:
         if self._backlog and not self.broker_backoff.active:
             self._publish([Outgoing(f) for f in list(self._backlog.values())])
 
+    def sweep_soon(self) -> None:
+        """Sweep the outbox at the next step (rows were queued to publish at once: backfill, manual trigger)."""
+        self._next_sweep = 0.0
+
     def _sweep(self) -> None:
         """Republish ledger rows left pending past the grace (a crashed beat, a failed publish); mark lost runs."""
         self._next_sweep = time.monotonic() + max(1.0, min(self.settings.recovery_grace / 2, 10.0))

@@ -22,6 +22,8 @@ from . import queries
 
 #: NOTIFY channel that wakes every beat when schedules change.
 NOTIFY_CHANNEL = "runledger_schedules"
+#: Payload of a notification asking the beats to sweep the outbox now (store.notify_outbox).
+OUTBOX_PAYLOAD = "outbox"
 #: How long the schedule audit log keeps an entry unless told otherwise (30 days).
 AUDIT_RETENTION_SECONDS = 30 * 86400.0
 
@@ -209,6 +211,10 @@ class Store:
         return self._all(queries.feature_insert_backfill, {
             "schedule_id": schedule_id, "ids": list(ids), "scheduled_fors": list(scheduled_fors),
             "payloads": list(payloads)})
+
+    def notify_outbox(self) -> None:
+        """Wake the running beats and have them sweep for pending rows to publish at once (at commit)."""
+        self.conn.execute(queries.feature_notify_outbox)
 
     def add_calendar(self, name: str, dates: Sequence[date]) -> dict:
         """Create a calendar or add dates to it; returns it."""

@@ -129,3 +129,7 @@ UPDATE jobs p
    AND (p.stage = 'manual' OR p.scheduled_for < f.scheduled_for)
    AND (p.status IN ('pending', 'sent', 'received', 'retry') OR (p.status = 'started' AND s.overlap_terminate))
 RETURNING p.id, s.overlap_terminate AS terminate;
+
+-- feature_notify_outbox --
+-- Wake the running beats and have them sweep the outbox now (pending rows to publish at once: backfill, trigger).
+SELECT pg_notify('runledger_schedules', 'outbox');
