@@ -11,9 +11,9 @@ stderr, nothing written); 1 runtime failure (one line, never the password).
 - add / update / pause / resume / show's "schedule" / list items: a schedule object
   {"id", "name", "task", "organization_id", "kind", "cron", "day_and", "every", "at",
   "timezone", "args", "kwargs", "options", "max_jitter", "misfire", "grace",
-  "overlap", "start", "end", "active", "source", "anchor_at", "next_fire_at",
-  "last_fired_at", "created_at", "updated_at", "pause_note", "paused_at", "paused_by",
-  "paused_by_application"}
+  "overlap", "start", "end", "active", "source", "skip_dates", "calendar",
+  "overlap_terminate", "anchor_at", "next_fire_at", "last_fired_at", "created_at",
+  "updated_at", "pause_note", "paused_at", "paused_by", "paused_by_application"}
 - list: [schedule, ...]
 - show: {"schedule": schedule, "next_fires": [time, ...5], "history": [job, ...5]}
 - history: [job, ...]; trigger: job, where job = {"id", "schedule_id",
@@ -397,6 +397,7 @@ def _calendar_arguments(parser: argparse.ArgumentParser) -> None:
     remove = actions.add_parser("remove", help="delete a calendar no schedule uses")
     remove.add_argument("calendar_name", metavar="NAME")
     for sub in (add, remove, actions.choices["list"]):
+        _global_options(sub, top=False)
         sub.add_argument("--json", action="store_true", help="machine-readable output")
 
 
