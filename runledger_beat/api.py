@@ -456,7 +456,8 @@ PAUSE_FIELDS = ("pause_note", "paused_at", "paused_by", "paused_by_application")
 
 JOB_FIELDS = ("id", "schedule_id", "schedule_name", "scheduled_for", "job_type", "organization_id",
               "payload", "options", "stage", "status", "created_at", "sent_at", "started_at",
-              "finished_at", "dispatch_attempts", "last_error", "worker", "retries", "duplicates")
+              "finished_at", "dispatch_attempts", "last_error", "worker", "retries", "duplicates",
+              "backfill", "released_at")
 
 
 def public_job(row: Mapping[str, Any]) -> dict:

@@ -19,7 +19,8 @@ stderr, nothing written); 1 runtime failure (one line, never the password).
 - history: [job, ...]; trigger: job, where job = {"id", "schedule_id",
   "schedule_name", "scheduled_for", "task", "organization_id", "payload", "options",
   "stage", "status", "created_at", "sent_at", "started_at", "finished_at",
-  "dispatch_attempts", "last_error", "worker", "retries", "duplicates"}
+  "dispatch_attempts", "last_error", "worker", "retries", "duplicates", "backfill",
+  "released_at"}
 - remove: {"removed": name}; migrate: {"applied": [file, ...]};
   sync: {"created", "updated", "unchanged", "deactivated", "errors": {name: text}};
   stats: [{"name", "total", "counts", "send_lag_p50", ...}]; preview: [time, ...]

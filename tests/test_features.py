@@ -141,6 +141,8 @@ def test_backfill_records_each_missing_slot_once_like_a_normal_fire(capsys, db, 
     assert first["stage"] == "scheduled" and first["status"] == "pending" and first["options"] == {"queue": "q"}
     assert first["payload"] == {"args": [1], "kwargs": {"k": "v"}, "_schedule": {
         "schedule_id": sid, "schedule_name": "tenmin", "scheduled_for": "2026-01-01T10:00:00Z"}}
+    (latest,) = api.history(db, "tenmin", limit=1)
+    assert latest["backfill"] is True and latest["released_at"] is None
     again = api.backfill(pg_dsn, "tenmin", "2026-01-01T10:00:00Z", "2026-01-01T11:00:00Z", schema=schema)
     assert (again["slots"], again["created"], again["existing"], again["ids"]) == (6, 0, 6, [])
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 6
