@@ -82,7 +82,7 @@ def _plan(row: dict[str, Any], shared: dict[tuple, Advance]) -> _Plan:
             step = shared[key] = advance(timing, scheduled_for, row["db_now"], row["id"])
     else:
         step = advance(timing, scheduled_for, row["db_now"], row["id"])
-    if timing.skip_dates and timing.excludes(scheduled_for):
+    if timing.skip_dates and timing.excludes_fire(scheduled_for):
         status, note = None, None  # a skip date added after the cursor was set: move past it, record nothing
     elif step.fire:
         status, note = "pending", None

@@ -102,6 +102,12 @@ class Timing:
         return bool(self.skip_dates) and self.kind != "once" and \
             instant.astimezone(zone(self.timezone)).date() in self.skip_dates
 
+    def excludes_fire(self, fire: datetime) -> bool:
+        """Whether a (jittered) fire's un-jittered slot surely lies on a skip date: the slot is at most
+        max_jitter seconds before the fire, and skip dates apply to slots (see _next_base)."""
+        return self.excludes(fire) and (self.max_jitter == 0
+                                        or self.excludes(fire - timedelta(seconds=self.max_jitter)))
+
     def _validate_form(self) -> None:
         """The cron / interval / one-off part of validate()."""
         if self.kind == "cron":

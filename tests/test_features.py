@@ -13,7 +13,15 @@ from runledger_beat import api, cli
 from runledger_beat.db import connect
 from runledger_beat.materialize import run_pass
 from runledger_beat.store import Store
-from runledger_beat.timeengine import MAX_SKIPPED_DAYS, ScheduleError, Timing, advance, fire_times, format_rfc3339
+from runledger_beat.timeengine import (
+    MAX_SKIPPED_DAYS,
+    ScheduleError,
+    Timing,
+    advance,
+    fire_times,
+    format_rfc3339,
+    jitter_seconds,
+)
 
 from .e2e import count, delete_queue, prepare
 from .procs import start_beat
@@ -273,3 +281,16 @@ def test_a_one_off_schedule_refuses_skip_dates(db):
     with pytest.raises(ScheduleError) as err:
         api.create(db, "once", "t.x", at="2099-01-01T00:00:00Z", skip_dates="2099-01-01")
     assert err.value.field == "skip_dates"
+
+
+def test_skip_dates_apply_to_slots_so_jitter_never_drops_a_fire():
+    timing = Timing("cron", cron="59 23 * * *", max_jitter=600, skip_dates=frozenset({date(2026, 1, 2)})).validate()
+    sid = uuid.UUID(int=7)
+    fires = fire_times(timing, datetime(2026, 1, 1, tzinfo=UTC), sid, 3)
+    # Slots are 23:59 each day, fires up to 10 minutes later: Jan 2's slot is skipped, Jan 1's is kept
+    # even when its jitter carries the fire into Jan 2.
+    slots = [datetime.combine(d, datetime.min.time(), UTC) + timedelta(hours=23, minutes=59)
+             for d in (date(2026, 1, 1), date(2026, 1, 3), date(2026, 1, 4))]
+    assert fires == [s + timedelta(seconds=jitter_seconds(sid, s, 600)) for s in slots]
+    assert not timing.excludes_fire(datetime(2026, 1, 2, 0, 5, tzinfo=UTC))  # slot on Jan 1 + jitter
+    assert timing.excludes_fire(datetime(2026, 1, 2, 12, 0, tzinfo=UTC))
