@@ -13,11 +13,13 @@ Schedules come back as plain dicts::
 
     {"id", "name", "task", "organization_id", "kind", "cron", "day_and", "every",
      "at", "timezone", "args", "kwargs", "options", "max_jitter", "misfire",
-     "grace", "overlap", "start", "end", "active", "source", "anchor_at",
-     "next_fire_at", "last_fired_at", "created_at", "updated_at",
+     "grace", "overlap", "start", "end", "active", "source", "skip_dates", "calendar",
+     "overlap_terminate", "anchor_at", "next_fire_at", "last_fired_at", "created_at", "updated_at",
+     "pause_note", "paused_at", "paused_by", "paused_by_application",
      "failures", "last_error", "retry_at", "quarantined_at"}
 
-The last four describe a schedule beat could not fire (a bad row written by raw
+The pause_* keys are None unless the schedule was paused with ``pause()``. The
+last four describe a schedule beat could not fire (a bad row written by raw
 SQL): its consecutive failures, the last error, when it is retried, and when it
 was quarantined (it then never fires until ``resume``).
 
@@ -30,23 +32,36 @@ activated; other edits keep it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from .db import DEFAULT_SCHEMA, connect
-from .limits import OPTION_KEYS
+from .formats import format_rfc3339, parse_instant
+from .limits import MAX_NAME_LEN, OPTION_KEYS
 from .payload import merge_schedule_metadata, schedule_metadata
 from .schedule_row import timing_from_row
-from .spec import OVERLAP_POLICIES, SOURCES, TIMING_COLUMNS, ScheduleSpec, check_organization
+from .spec import (
+    MAX_SKIP_DATES,
+    OVERLAP_POLICIES,
+    SOURCES,
+    TIMING_COLUMNS,
+    ScheduleSpec,
+    check_note,
+    check_organization,
+    check_skip_dates,
+    check_text,
+)
 from .store import Store
-from .timeengine import ScheduleError, first_fire
+from .timeengine import ScheduleError, Timing, first_fire, next_fire_after
 
-__all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "create", "get",
+__all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "add_calendar", "audit",
+           "backfill", "create", "get", "list_calendars", "remove_calendar",
            "history", "list_schedules", "next_fires", "pause", "public", "public_job", "remove", "resume", "save",
            "trigger", "update", "upsert"]
 
@@ -103,13 +118,13 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _cursor(row: Mapping[str, Any], now: datetime) -> datetime | None:
-    return first_fire(timing_from_row(row), now, uuid.UUID(str(row["id"])))
+def _cursor(store: Store, row: Mapping[str, Any], now: datetime) -> datetime | None:
+    return first_fire(_timing(store, row), now, uuid.UUID(str(row["id"])))
 
 
 def _insert(store: Store, cols: dict[str, Any], now: datetime) -> dict:
     new = dict(cols, id=uuid.uuid4(), anchor_at=cols["start_at"] or now)
-    new["next_fire_at"] = _cursor(new, now) if new["is_active"] else None
+    new["next_fire_at"] = _cursor(store, new, now) if new["is_active"] else None
     if new["next_fire_at"] is None:
         new["is_active"] = False  # paused, or nothing left to fire
     return store.insert_schedule(new)
@@ -129,7 +144,7 @@ def _replace(store: Store, old: dict, cols: dict[str, Any], now: datetime) -> di
         if activating and not timing_changed and old["kind"] == "once" and old["last_fired_at"]:
             new["next_fire_at"] = None  # a finished one-off stays finished
         else:
-            new["next_fire_at"] = _cursor(new, now)
+            new["next_fire_at"] = _cursor(store, new, now)
         if new["next_fire_at"] is None:
             new["is_active"] = False
     return store.update_schedule(new)
@@ -140,6 +155,8 @@ def save(store: Store, cols: dict[str, Any], mode: str = "upsert") -> tuple[dict
 
     ``mode`` is "create", "update" or "upsert"; returns (row, "created" | "updated" | "unchanged").
     """
+    if cols.get("calendar") and store.calendar(cols["calendar"]) is None:
+        raise ScheduleError("calendar", f"no calendar named {cols['calendar']!r} (runledger-beat calendar add)")
     now = store.db_now()
     old = store.schedule(cols["name"], lock=True)
     if old is None:
@@ -165,12 +182,14 @@ def upsert(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, e
            options: Mapping | None = None, max_jitter: int = 0, misfire: str = "fire_once",
            grace: Any = None, overlap: str = "allow", start: Any = None, end: Any = None,
            organization_id: Any = None, active: bool = True, day_and: bool = False,
-           source: str = "api", schema: str = DEFAULT_SCHEMA) -> dict:
+           source: str = "api", skip_dates: Any = (), calendar: str | None = None,
+           overlap_terminate: bool = False, schema: str = DEFAULT_SCHEMA) -> dict:
     """Create the schedule ``name`` or replace its whole definition; returns it."""
     spec = ScheduleSpec(name, task, cron=cron, every=every, at=at, timezone=timezone, args=args, kwargs=kwargs,
                         options=options, max_jitter=max_jitter, misfire=misfire, grace=grace, overlap=overlap,
                         start=start, end=end, organization_id=organization_id, active=active, day_and=day_and,
-                        source=source)
+                        source=source, skip_dates=skip_dates, calendar=calendar,
+                        overlap_terminate=overlap_terminate)
     return _definition(conn_or_dsn, spec, "upsert", schema)
 
 
@@ -179,12 +198,14 @@ def create(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, e
            options: Mapping | None = None, max_jitter: int = 0, misfire: str = "fire_once",
            grace: Any = None, overlap: str = "allow", start: Any = None, end: Any = None,
            organization_id: Any = None, active: bool = True, day_and: bool = False,
-           source: str = "api", schema: str = DEFAULT_SCHEMA) -> dict:
+           source: str = "api", skip_dates: Any = (), calendar: str | None = None,
+           overlap_terminate: bool = False, schema: str = DEFAULT_SCHEMA) -> dict:
     """Like upsert, but a schedule of that name already existing is a ScheduleError("name")."""
     spec = ScheduleSpec(name, task, cron=cron, every=every, at=at, timezone=timezone, args=args, kwargs=kwargs,
                         options=options, max_jitter=max_jitter, misfire=misfire, grace=grace, overlap=overlap,
                         start=start, end=end, organization_id=organization_id, active=active, day_and=day_and,
-                        source=source)
+                        source=source, skip_dates=skip_dates, calendar=calendar,
+                        overlap_terminate=overlap_terminate)
     return _definition(conn_or_dsn, spec, "create", schema)
 
 
@@ -193,7 +214,8 @@ def update(conn_or_dsn: Any, name: str, task: str = _UNSET, *, cron: Any = _UNSE
            kwargs: Any = _UNSET, options: Any = _UNSET, max_jitter: Any = _UNSET,
            misfire: Any = _UNSET, grace: Any = _UNSET, overlap: Any = _UNSET, start: Any = _UNSET,
            end: Any = _UNSET, organization_id: Any = _UNSET, active: Any = _UNSET,
-           day_and: Any = _UNSET, source: Any = _UNSET, schema: str = DEFAULT_SCHEMA) -> dict:
+           day_and: Any = _UNSET, source: Any = _UNSET, skip_dates: Any = _UNSET, calendar: Any = _UNSET,
+           overlap_terminate: Any = _UNSET, schema: str = DEFAULT_SCHEMA) -> dict:
     """Change only the given fields of an existing schedule (missing: ScheduleError("name")).
 
     Giving one of cron / every / at switches the schedule to that form. ``options``
@@ -202,7 +224,8 @@ def update(conn_or_dsn: Any, name: str, task: str = _UNSET, *, cron: Any = _UNSE
     given = {k: v for k, v in dict(
         task=task, cron=cron, every=every, at=at, timezone=timezone, args=args, kwargs=kwargs, options=options,
         max_jitter=max_jitter, misfire=misfire, grace=grace, overlap=overlap, start=start, end=end,
-        organization_id=organization_id, active=active, day_and=day_and, source=source).items() if v is not _UNSET}
+        organization_id=organization_id, active=active, day_and=day_and, source=source, skip_dates=skip_dates,
+        calendar=calendar, overlap_terminate=overlap_terminate).items() if v is not _UNSET}
     with _session(conn_or_dsn, schema) as store:
         old = store.schedule(name, lock=True)
         if old is None:
@@ -215,6 +238,8 @@ def update(conn_or_dsn: Any, name: str, task: str = _UNSET, *, cron: Any = _UNSE
         else:
             given.pop("options", None)
         row, _ = save(store, dataclasses.replace(spec, **given).columns(), "update")
+        if row["is_active"] and not old["is_active"]:
+            row = store.clear_pause(row["id"]) or row
     return public(row)
 
 
@@ -257,20 +282,26 @@ def list_schedules(conn_or_dsn: Any, task: str | None = None, organization_id: A
         return [public(r) for r in store.schedules(task, org, active)]
 
 
-def pause(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict:
-    """Stop a schedule firing (its cursor is cleared)."""
+def pause(conn_or_dsn: Any, name: str, *, note: str | None = None, schema: str = DEFAULT_SCHEMA) -> dict:
+    """Stop a schedule firing (its cursor is cleared), keeping ``note``, when, and who paused it.
+
+    "who" is the database role (current_user) and the session's application_name; ``resume`` clears them.
+    """
+    note = check_note(note)
     with _session(conn_or_dsn, schema) as store:
-        row = store.set_active(_require(store, name, lock=True)["id"], False, None)
+        row = store.pause_schedule(_require(store, name, lock=True)["id"], note)
     return public(row)
 
 
 def resume(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict:
-    """Start a paused (or quarantined) schedule again from now: missed fires are not caught up, failures forgiven."""
+    """Start a paused (or quarantined) schedule again from now: missed fires are not caught up, failures are
+    forgiven and the pause note is cleared."""
     with _session(conn_or_dsn, schema) as store:
         row = _require(store, name, lock=True)
         store.clear_schedule_faults([row["id"]])
-        nxt = _cursor(row, store.db_now())
+        nxt = _cursor(store, row, store.db_now())
         row = store.set_active(row["id"], nxt is not None, nxt)
+        row = store.clear_pause(row["id"]) or row
     return public(row)
 
 
@@ -292,7 +323,7 @@ def trigger(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dic
             "id": uuid.uuid4(), "schedule_id": row["id"], "schedule_name": row["name"],
             "scheduled_for": now, "job_type": row["job_type"],
             "organization_id": row["organization_id"], "payload": payload, "options": row["options"]})
-        store.notify_schedules()
+        store.notify_outbox()
     return public_job(job)
 
 
@@ -313,13 +344,123 @@ def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str = DEF
     with _session(conn_or_dsn, schema, write=False) as store:
         row = _require(store, name)
         now = store.db_now()
+        try:
+            check_row(row)
+            timing = _timing(store, row)
+        except (ScheduleError, ValueError, OverflowError):
+            return []
     if not row["is_active"] or row.get("quarantined_at"):
         return []
     try:
-        check_row(row)
-        return fire_times(timing_from_row(row), now, uuid.UUID(str(row["id"])), count)
+        return fire_times(timing, now, uuid.UUID(str(row["id"])), count)
     except (ScheduleError, ValueError, OverflowError):
         return []
+
+
+def backfill(conn_or_dsn: Any, name: str, start: Any, end: Any, max_slots: int = 10000, *,
+             schema: str = DEFAULT_SCHEMA) -> dict:
+    """Record a pending ledger row for each slot of the schedule's timing in [start, end) that has none.
+
+    Rows are like normal fires (stage 'scheduled', payload = template + ``_schedule``) and marked
+    ``backfill``: the running beats' recovery sweep publishes them at once (the beats are notified).
+    Idempotent: a slot already in the ledger is left alone. More than ``max_slots`` slots is a
+    ScheduleError("max") and nothing is written; so is an ``end`` in the future (by the database clock).
+    Naive ``start``/``end`` are in the schedule's time zone. Returns {"schedule", "from", "to", "slots",
+    "created", "existing", "ids"} (ids of the rows created, in slot order).
+    """
+    if isinstance(max_slots, bool) or not isinstance(max_slots, int) or max_slots < 1:
+        raise ScheduleError("max", f"must be a positive integer, got {max_slots!r}")
+    with _session(conn_or_dsn, schema) as store:
+        row = _require(store, name)
+        tz = row["timezone"]
+        begin, finish = parse_instant("from", start, tz), parse_instant("to", end, tz)
+        if begin is None or finish is None:
+            raise ScheduleError("from" if begin is None else "to", "is required")
+        if finish <= begin:
+            raise ScheduleError("to", "must be after from")
+        if finish > store.db_now():
+            raise ScheduleError("to", "must not be in the future (the beat fires what is to come)")
+        slots = _slots(_timing(store, row), uuid.UUID(str(row["id"])), begin, finish, max_slots)
+        payloads = [json.dumps(merge_schedule_metadata(row["payload_template"],
+                                                       schedule_metadata(row["id"], row["name"], at)))
+                    for at in slots]
+        created = store.insert_backfill(row["id"], [uuid.uuid4() for _ in slots], slots, payloads) if slots else []
+        if created:
+            store.notify_outbox()
+    ids = [str(r["id"]) for r in sorted(created, key=lambda r: r["scheduled_for"])]
+    return {"schedule": name, "from": begin, "to": finish, "slots": len(slots), "created": len(ids),
+            "existing": len(slots) - len(ids), "ids": ids}
+
+
+def _slots(timing: Timing, schedule_id: uuid.UUID, begin: datetime, finish: datetime, limit: int) -> list[datetime]:
+    """The schedule's fires in [begin, finish); more than ``limit`` is ScheduleError("max")."""
+    slots: list[datetime] = []
+    cursor = next_fire_after(timing, begin - timedelta(microseconds=1), schedule_id)
+    while cursor is not None and cursor < finish:
+        if len(slots) == limit:
+            raise ScheduleError("max", f"more than {limit} slots between {format_rfc3339(begin)} and "
+                                       f"{format_rfc3339(finish)}; narrow the range or raise the maximum")
+        slots.append(cursor)
+        cursor = next_fire_after(timing, cursor, schedule_id)
+    return slots
+
+
+def _timing(store: Store, row: Mapping[str, Any]) -> Timing:
+    """The Timing of a stored schedule row, its calendar's dates among the skip dates."""
+    if row.get("calendar") and "calendar_dates" not in row:
+        found = store.calendar(row["calendar"])
+        row = dict(row, calendar_dates=found["dates"] if found else None)
+    return timing_from_row(row)
+
+
+def add_calendar(conn_or_dsn: Any, name: str, dates: Any, *, schema: str = DEFAULT_SCHEMA) -> dict:
+    """Create the calendar ``name`` with ``dates`` (local dates; a list or "2026-12-25,2026-12-26"),
+    or add them to an existing one. Schedules using it never fire on those dates (in their own zone)."""
+    name = check_text("calendar", name, MAX_NAME_LEN)
+    found = check_skip_dates(dates, "dates")
+    if not found:
+        raise ScheduleError("dates", "give at least one date")
+    with _session(conn_or_dsn, schema) as store:
+        cal = store.add_calendar(name, found)
+        if len(cal["dates"]) > MAX_SKIP_DATES:
+            raise ScheduleError("dates", f"a calendar holds at most {MAX_SKIP_DATES} dates")
+        store.notify_schedules()
+    return dict(cal)
+
+
+def list_calendars(conn_or_dsn: Any, *, schema: str = DEFAULT_SCHEMA) -> list[dict]:
+    """Every calendar: {"name", "dates", "created_at", "updated_at", "schedules": [names using it]}."""
+    with _session(conn_or_dsn, schema, write=False) as store:
+        return [dict(c) for c in store.calendars()]
+
+
+def remove_calendar(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> bool:
+    """Delete a calendar; ScheduleError("calendar") when missing or still used by schedules."""
+    with _session(conn_or_dsn, schema) as store:
+        users = store.calendar_users(name)
+        if users:
+            raise ScheduleError("calendar", f"calendar {name!r} is used by {', '.join(users)}; "
+                                            "update them with --calendar '' first")
+        if not store.delete_calendar(name):
+            raise ScheduleError("calendar", f"no calendar named {name!r}")
+    return True
+
+
+def audit(conn_or_dsn: Any, name: str | None = None, since: Any = None, *, limit: int = 10000,
+          schema: str = DEFAULT_SCHEMA) -> list[dict]:
+    """Changes to schedules (API, CLI, config import, raw SQL; never beat's cursor moves), oldest first.
+
+    Each entry: {"id", "at", "who", "application_name", "operation", "schedule_id", "schedule_name",
+    "before", "after"}; before/after hold only the changed columns (None for an INSERT's before or a
+    DELETE's after). ``since`` is seconds, a timedelta or a duration like "1h", counted back from now.
+    """
+    from .spec import check_seconds
+    since_seconds = check_seconds("since", since)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ScheduleError("limit", f"must be a positive integer, got {limit!r}")
+    with _session(conn_or_dsn, schema, write=False) as store:
+        rows = store.audit(name, since_seconds, limit)
+    return [dict(r, schedule_id=str(r["schedule_id"]) if r["schedule_id"] else None) for r in rows]
 
 
 # ---------------------------------------------------------------------------
@@ -337,12 +478,18 @@ def public(row: Mapping[str, Any]) -> dict:
                 "updated_at": row.get("updated_at"), "failures": row.get("failures") or 0,
                 "last_error": row.get("last_error"), "retry_at": row.get("retry_at"),
                 "quarantined_at": row.get("quarantined_at")})
+    out.update({k: row.get(k) for k in PAUSE_FIELDS})
     return out
+
+
+#: The pause note columns, as they appear in the schedule dict.
+PAUSE_FIELDS = ("pause_note", "paused_at", "paused_by", "paused_by_application")
 
 
 JOB_FIELDS = ("id", "schedule_id", "schedule_name", "scheduled_for", "job_type", "organization_id",
               "payload", "options", "stage", "status", "created_at", "sent_at", "started_at",
-              "finished_at", "dispatch_attempts", "last_error", "worker", "retries", "duplicates")
+              "finished_at", "dispatch_attempts", "last_error", "worker", "retries", "duplicates",
+              "backfill", "released_at")
 
 
 def public_job(row: Mapping[str, Any]) -> dict:

@@ -12,20 +12,27 @@ stderr, nothing written); 1 runtime failure (one line, never the password).
 - add / update / pause / resume / show's "schedule" / list items: a schedule object
   {"id", "name", "task", "organization_id", "kind", "cron", "day_and", "every", "at",
   "timezone", "args", "kwargs", "options", "max_jitter", "misfire", "grace",
-  "overlap", "start", "end", "active", "source", "anchor_at", "next_fire_at",
-  "last_fired_at", "created_at", "updated_at"}
+  "overlap", "start", "end", "active", "source", "skip_dates", "calendar",
+  "overlap_terminate", "anchor_at", "next_fire_at", "last_fired_at", "created_at",
+  "updated_at", "pause_note", "paused_at", "paused_by", "paused_by_application"}
 - list: [schedule, ...]
 - show: {"schedule": schedule, "next_fires": [time, ...5], "history": [job, ...5]}
 - history: [job, ...]; trigger: job, where job = {"id", "schedule_id",
   "schedule_name", "scheduled_for", "task", "organization_id", "payload", "options",
   "stage", "status", "created_at", "sent_at", "started_at", "finished_at",
-  "dispatch_attempts", "last_error", "worker", "retries", "duplicates"}
+  "dispatch_attempts", "last_error", "worker", "retries", "duplicates", "backfill",
+  "released_at"}
 - remove: {"removed": name}; migrate: {"applied": [file, ...]};
   sync: {"created", "updated", "unchanged", "deactivated", "errors": {name: text}};
   stats: [{"name", "total", "counts", "send_lag_p50", ...}]; preview: [time, ...]
 - beats: [{"id", "host", "pid", "version", "started_at", "last_tick_at", "preparing", "age_seconds"}]
 - health: {"healthy", "beats", "age_seconds", "max_age"} (exit 1 when not healthy)
 - doctor: {"ok", "checks": [{"name", "verdict", "detail"}]} (verdict ok / warn / FAIL; exit 1 on a FAIL)
+- backfill: {"schedule", "from", "to", "slots", "created", "existing", "ids": [id, ...]}
+- calendar add: {"name", "dates", "created_at", "updated_at"}; calendar list: [that + "schedules"];
+  calendar remove: {"removed": name}
+- audit: [{"id", "at", "who", "application_name", "operation", "schedule_id",
+  "schedule_name", "before", "after"}, ...] oldest first (before/after: changed columns only)
 """
 
 from __future__ import annotations
@@ -37,16 +44,19 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import psycopg
 
 from . import api
-from .db import ConfigError, connect, migrate, redact_dsn, safe_error
+from .db import APPLICATION_NAME, ConfigError, connect, migrate, redact_dsn, safe_error
 from .formats import format_rfc3339, parse_duration
 from .redaction import dsn_has_password, read_dsn_file
 from .timeengine import ScheduleError
+
+#: The application_name of the command line's database sessions (the audit log and pause notes show it).
+CLI_APPLICATION_NAME = "runledger-beat"
 
 
 class UsageError(Exception):
@@ -60,6 +70,8 @@ class UsageError(Exception):
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return format_rfc3339(value)
+    if isinstance(value, date):
+        return value.isoformat()
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, dict):
@@ -83,7 +95,12 @@ def _line(s: dict) -> str:
         state = f"QUARANTINED ({s.get('last_error')})"
     elif s.get("failures"):
         state += f", failing ({s['failures']}x: {s.get('last_error')})"
-    return f"{s['name']}\t{s['task']}\t{when}\t{s['timezone']}\t{state}\tnext={nxt}"
+    line = f"{s['name']}\t{s['task']}\t{when}\t{s['timezone']}\t{state}\tnext={nxt}"
+    if s.get("paused_at"):
+        line += f"\tpaused {format_rfc3339(s['paused_at'])} by {s['paused_by']} ({s['paused_by_application']})"
+    if s.get("pause_note"):
+        line += f"\tnote={s['pause_note']}"
+    return line
 
 
 def _job_line(j: dict) -> str:
@@ -137,7 +154,8 @@ def _dsn(args: argparse.Namespace) -> str:
 _SIMPLE_FIELDS = {"task": "task", "cron": "cron", "every": "every", "at": "at", "timezone": "timezone",
                   "jitter": "max_jitter", "misfire": "misfire", "grace": "grace", "overlap": "overlap",
                   "start": "start", "end": "end", "org": "organization_id", "day_and": "day_and",
-                  "active": "active"}
+                  "active": "active", "skip_dates": "skip_dates", "calendar": "calendar",
+                  "overlap_terminate": "overlap_terminate"}
 _OPTION_FLAGS = ("queue", "routing_key", "priority", "expires")
 
 
@@ -196,7 +214,7 @@ def cmd_show(args: argparse.Namespace, dsn: str) -> int:
 
 
 def cmd_pause(args: argparse.Namespace, dsn: str) -> int:
-    row = api.pause(dsn, args.name, schema=args.schema)
+    row = api.pause(dsn, args.name, note=args.note, schema=args.schema)
     _emit(args, row, "paused " + _line(row))
     return 0
 
@@ -293,6 +311,53 @@ def cmd_web(args: argparse.Namespace, dsn: str) -> int:
         serve(dsn, args.schema, args.host, args.port, args.allow_actions)
     except ImportError as exc:
         raise UsageError(f"web: {exc.name or exc} is not installed (pip install 'runledger-beat[web]')") from None
+
+
+def cmd_backfill(args: argparse.Namespace, dsn: str) -> int:
+    result = api.backfill(dsn, args.name, args.start, args.end, args.max, schema=args.schema)
+    _emit(args, result, f"backfilled {args.name}: {result['slots']} slot(s), {result['created']} recorded, "
+                        f"{result['existing']} already in the ledger" + ("; a running beat publishes them"
+                                                                         if result["created"] else ""))
+    return 0
+
+
+def _audit_line(entry: dict) -> list[Any]:
+    changed = sorted(set(entry["before"] or {}) | set(entry["after"] or {}))
+    if entry["operation"] == "UPDATE":
+        before, after = _jsonable(entry["before"]), _jsonable(entry["after"])
+        what = ", ".join(f"{k}: {json.dumps(before[k])} -> {json.dumps(after[k])}" for k in changed)
+    else:
+        what = f"{len(changed)} columns"
+    return [format_rfc3339(entry["at"]), entry["schedule_name"], entry["operation"], entry["who"],
+            entry["application_name"] or "-", what]
+
+
+def cmd_audit(args: argparse.Namespace, dsn: str) -> int:
+    from .formats import render_table
+    since = parse_duration(args.since, "since") if args.since else None
+    entries = api.audit(dsn, args.name, since, schema=args.schema)
+    text = render_table(("at", "schedule", "operation", "who", "application", "changes"),
+                        [_audit_line(e) for e in entries]) if entries else "no changes"
+    _emit(args, entries, text)
+    return 0
+
+
+def _calendar_text(c: dict) -> str:
+    users = c.get("schedules")
+    return (f"{c['name']}\t{len(c['dates'])} date(s): {', '.join(d.isoformat() for d in c['dates'])}"
+            + (f"\tused by: {', '.join(users)}" if users else ""))
+
+
+def cmd_calendar(args: argparse.Namespace, dsn: str) -> int:
+    if args.action == "add":
+        cal = api.add_calendar(dsn, args.calendar_name, args.dates, schema=args.schema)
+        _emit(args, cal, "calendar " + _calendar_text(cal))
+    elif args.action == "remove":
+        api.remove_calendar(dsn, args.calendar_name, schema=args.schema)
+        _emit(args, {"removed": args.calendar_name}, f"removed calendar {args.calendar_name}")
+    else:
+        cals = api.list_calendars(dsn, schema=args.schema)
+        _emit(args, cals, "\n".join(_calendar_text(c) for c in cals) or "no calendars")
     return 0
 
 
@@ -346,10 +411,19 @@ def _definition_args(p: argparse.ArgumentParser, update: bool) -> None:
     p.add_argument("--jitter", type=int, help="max jitter in seconds (deterministic per schedule)")
     p.add_argument("--misfire", help="fire_once (default) or skip: what to do with fires missed in an outage")
     p.add_argument("--grace", help="seconds (or duration) a missed fire may be late and still run")
-    p.add_argument("--overlap", help="allow (default) or skip: skip a fire while the previous run is live")
+    p.add_argument("--overlap", help="while the previous run is live: allow (default), skip the fire, buffer_one "
+                                      "(one fire waits, later ones skipped) or cancel_other (revoke the live run)")
+    p.add_argument("--overlap-terminate", action=argparse.BooleanOptionalAction, default=None,
+                   help="cancel_other: also terminate a run already started (revoke with terminate=True)")
     p.add_argument("--start", help="ISO 8601: no fire before this instant (also the interval anchor)")
     p.add_argument("--end", help="ISO 8601: no fire after this instant")
     p.add_argument("--org", help="organization UUID")
+    p.add_argument("--skip-dates", metavar="DATES",
+                   help="local dates (schedule's zone) with no fire, e.g. 2026-12-25,2026-12-26"
+                        + (" ('' clears them)" if update else ""))
+    p.add_argument("--calendar", metavar="NAME",
+                   help="a named calendar whose dates are skipped too (runledger-beat calendar add)"
+                        + (" ('' clears it)" if update else ""))
     p.add_argument("--day-and", action="store_true", default=None,
                    help="AND day-of-month and day-of-week (Celery's crontab) instead of cron's OR")
     if update:
@@ -372,16 +446,32 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "health": "exit 0 when some beat ticked recently, else 1 (for probes)",
         "doctor": "check database, schema, privileges, clock, LISTEN, workers and (with --app) the broker",
         "web": "a dashboard of beats, schedules and their runs in the browser",
+        "backfill": "record the missed fires of a time range (a running beat publishes them)",
+        "calendar": "named sets of skip dates shared by schedules: add, list, remove",
+        "audit": "changes to schedules: who, when, what (API, CLI, raw SQL)",
         "preview": "the next fires of a timing (no database needed)",
         "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
     parsers = {}
     for name in COMMANDS:
         p = sub.add_parser(name, help=helps[name], description=helps[name])
         _global_options(p, top=False)
-        if name not in ("preview", "demo", "web"):
+        if name not in ("preview", "demo", "web", "calendar"):  # calendar's actions take --json themselves
             p.add_argument("--json", action="store_true", help="machine-readable output")
         parsers[name] = p
     return parsers
+
+
+def _calendar_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="create a calendar or add dates to it")
+    add.add_argument("calendar_name", metavar="NAME")
+    add.add_argument("--dates", required=True, help="local dates, e.g. 2026-12-25,2026-12-26")
+    actions.add_parser("list", help="every calendar and the schedules using it")
+    remove = actions.add_parser("remove", help="delete a calendar no schedule uses")
+    remove.add_argument("calendar_name", metavar="NAME")
+    for sub in (add, remove, actions.choices["list"]):
+        _global_options(sub, top=False)
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -396,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["list"].add_argument("--task", help="only schedules of this task")
     for name in ("show", "pause", "resume", "remove", "trigger", "history"):
         p[name].add_argument("name", help="schedule name")
+    p["pause"].add_argument("--note", help="why it is paused (kept with when and who until resume)")
     p["history"].add_argument("--limit", type=int, default=20, help="how many rows (default 20)")
     p["history"].add_argument("--status", help="only rows of this status")
     p["stats"].add_argument("name", nargs="?", default=None, help="only this schedule")
@@ -408,6 +499,15 @@ def build_parser() -> argparse.ArgumentParser:
     p["web"].add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     p["web"].add_argument("--allow-actions", action="store_true",
                           help="offer Pause / Resume / Trigger buttons (there is no login: keep it private)")
+    p["backfill"].add_argument("name", help="schedule name")
+    p["backfill"].add_argument("--from", dest="start", required=True, metavar="ISO",
+                               help="first instant of the range (naive: the schedule's zone)")
+    p["backfill"].add_argument("--to", dest="end", required=True, metavar="ISO", help="end of the range (excluded)")
+    p["backfill"].add_argument("--max", type=int, default=10000, metavar="N",
+                               help="refuse (exit 2, nothing written) if the range holds more slots (default 10000)")
+    _calendar_arguments(p["calendar"])
+    p["audit"].add_argument("name", nargs="?", default=None, help="only this schedule")
+    p["audit"].add_argument("--since", metavar="DURATION", help="only changes within this long ago (1h, 7d)")
     add_preview_arguments(p["preview"])
     p["demo"].add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
     return parser
@@ -421,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     dsn = ""
+    token = APPLICATION_NAME.set(CLI_APPLICATION_NAME)
     try:
         if args.command not in _OFFLINE:
             dsn = _dsn(args)
@@ -434,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     except psycopg.Error as exc:
         print(f"error: database {redact_dsn(dsn)}: {safe_error(exc, dsn)}", file=sys.stderr)
         return 1
+    finally:
+        APPLICATION_NAME.reset(token)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ re-exported here.
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
@@ -57,6 +58,8 @@ __all__ = ["DEFAULT_SCHEMA", "OUT_OF_RANGE_HIGH", "OUT_OF_RANGE_LOW", "OUT_OF_RA
            "safe_error", "schema_ready", "set_search_path"]
 
 DEFAULT_SCHEMA = "runledger"
+#: The application_name of connections opened without one (the CLI sets its own; the audit log shows it).
+APPLICATION_NAME: ContextVar[str] = ContextVar("runledger_application_name", default="runledger_beat")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 #: Always on, unless the DSN sets them: notice a dead peer within seconds.
@@ -237,15 +240,18 @@ def _timeouts(**seconds: float | None) -> dict[str, str]:
 
 
 def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, autocommit: bool = False,
-            connect_timeout: int = 5, application_name: str = "runledger_beat",
+            connect_timeout: int = 5, application_name: str | None = None,
             statement_timeout: float | None = None, lock_timeout: float | None = None,
             idle_in_transaction_session_timeout: float | None = None) -> psycopg.Connection:
-    """Open a connection with dict rows, safe loaders, keepalives, timeouts and search_path set to ``schema``."""
+    """Open a connection with dict rows, safe loaders, keepalives, timeouts and search_path set to ``schema``.
+
+    ``application_name`` defaults to the APPLICATION_NAME context variable ("runledger_beat").
+    """
     check_schema_name(schema)
     timeouts = _timeouts(statement_timeout=statement_timeout, lock_timeout=lock_timeout,
                          idle_in_transaction_session_timeout=idle_in_transaction_session_timeout)
     conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=connect_timeout,
-                           application_name=application_name, **_keepalives(dsn))
+                           application_name=application_name or APPLICATION_NAME.get(), **_keepalives(dsn))
     try:
         register_safe_loaders(conn)
         set_search_path(conn, schema)

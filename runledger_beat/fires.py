@@ -24,6 +24,7 @@ class Fire:
     options: dict[str, Any]
     scheduled_for: datetime | None
     overlap_skip: bool = False
+    overlap_policy: str = "allow"
 
     @classmethod
     def from_job(cls, row: dict[str, Any]) -> Fire:

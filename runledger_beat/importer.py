@@ -6,6 +6,8 @@
 - ``timedelta``, plain numbers and ``schedule(run_every=...)`` -> interval.
 - ``relative`` schedules -> plain interval of run_every (no rounding to the period).
 - ``solar`` -> ScheduleError("beat_schedule['x']", "solar schedules are not supported").
+- ``options`` may also carry schedule fields (SCHEDULE_OPTIONS): ``overlap`` (allow, skip, buffer_one,
+  cancel_other), ``overlap_terminate``, ``skip_dates`` and ``calendar``.
 
 Importing twice changes nothing (unchanged rows keep their cursors). Config rows
 whose entry left the config are deactivated; API/CLI rows are never touched. A bad
@@ -27,6 +29,9 @@ from .store import Store
 from .timeengine import ScheduleError
 
 log = logging.getLogger("runledger_beat.importer")
+
+#: Entry options that set a schedule field rather than a publish option, e.g. ``options={"overlap": "buffer_one"}``.
+SCHEDULE_OPTIONS = ("overlap", "overlap_terminate", "skip_dates", "calendar")
 
 
 def _field(name: str, reason: str) -> ScheduleError:
@@ -64,10 +69,12 @@ def entry_columns(app: Any, name: str, entry: dict[str, Any]) -> dict[str, Any]:
     """Validated job_schedules columns of one beat_schedule entry."""
     if not isinstance(entry, dict) or "task" not in entry or "schedule" not in entry:
         raise _field(name, "an entry needs 'task' and 'schedule'")
-    options = {k: v for k, v in (entry.get("options") or {}).items() if k in OPTION_KEYS}
+    given = entry.get("options") or {}
+    options = {k: v for k, v in given.items() if k in OPTION_KEYS}
+    policies = {k: given[k] for k in SCHEDULE_OPTIONS if k in given}
     try:
         spec = ScheduleSpec(name, entry["task"], args=list(entry.get("args") or ()), kwargs=entry.get("kwargs") or {},
-                            options=options, source="config", **timing_of(app, name, entry["schedule"]))
+                            options=options, source="config", **policies, **timing_of(app, name, entry["schedule"]))
         return spec.columns()
     except ScheduleError as exc:
         if exc.field.startswith("beat_schedule["):

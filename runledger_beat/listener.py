@@ -15,7 +15,7 @@ import psycopg
 
 from .db import connect, safe_error
 from .settings import Settings
-from .store import NOTIFY_CHANNEL
+from .store import NOTIFY_CHANNEL, OUTBOX_PAYLOAD
 
 log = logging.getLogger("runledger_beat.listener")
 
@@ -31,6 +31,7 @@ class ChangeListener:
         self.enabled = settings.listen
         self._conn: psycopg.Connection | None = None
         self._next_open = 0.0
+        self._outbox = False  # a notification asked for an outbox sweep (backfill, manual trigger)
 
     @property
     def listening(self) -> bool:
@@ -62,15 +63,21 @@ class ChangeListener:
             return False
         try:
             changed = False
-            for _ in self._conn.notifies(timeout=timeout, stop_after=1):
+            for note in self._conn.notifies(timeout=timeout, stop_after=1):
                 changed = True
+                self._outbox |= note.payload == OUTBOX_PAYLOAD
             if changed:
-                for _ in self._conn.notifies(timeout=0):
-                    pass
+                for note in self._conn.notifies(timeout=0):
+                    self._outbox |= note.payload == OUTBOX_PAYLOAD
             return changed
         except (psycopg.OperationalError, psycopg.InterfaceError):
             self.close()
             return True
+
+    def take_outbox(self) -> bool:
+        """Whether a notification since the last call asked for an outbox sweep."""
+        asked, self._outbox = self._outbox, False
+        return asked
 
     def close(self) -> None:
         """Close the connection (reopened by the next wait)."""

@@ -111,7 +111,9 @@ def _plan(row: dict[str, Any], shared: dict[tuple, Advance]) -> _Plan:
             step = shared[key] = advance(timing, scheduled_for, row["db_now"], row["id"])
     else:
         step = advance(timing, scheduled_for, row["db_now"], row["id"])
-    if step.fire:
+    if timing.skip_dates and timing.excludes_fire(scheduled_for):
+        status, note = None, None  # a skip date added after the cursor was set: move past it, record nothing
+    elif step.fire:
         status, note = "pending", None
     else:
         status, note = "skipped", f"misfire: slot missed (policy {timing.misfire})"
@@ -125,7 +127,8 @@ def _plan(row: dict[str, Any], shared: dict[tuple, Advance]) -> _Plan:
 def _fires_of(plans: list[_Plan], inserted: set[uuid.UUID]) -> list[Fire]:
     return [
         Fire(p.ledger_id, p.row["id"], p.row["name"], p.row["job_type"], p.payload,
-             p.row.get("options") or {}, p.row["next_fire_at"], p.row.get("overlap_policy") == "skip")
+             p.row.get("options") or {}, p.row["next_fire_at"], p.row.get("overlap_policy") == "skip",
+             p.row.get("overlap_policy") or "allow")
         for p in plans if p.status == "pending" and p.ledger_id in inserted
     ]
 
@@ -234,9 +237,26 @@ def claim_due(store: Store, limit: int, lookahead: float = 0.0,
 
 
 def skip_overlapping(store: Store, fires: list[Fire]) -> set[uuid.UUID]:
-    """Just before commit: mark skipped the fires of overlap-skip schedules whose previous run is live."""
+    """Just before commit: hold back fires whose previous run is live; returns their ids.
+
+    overlap ``skip``: skipped. ``buffer_one``: the first waits as 'buffered' (published when the live run
+    finishes: the worker hook or the sweep releases it), further ones are skipped.
+    """
+    held: set[uuid.UUID] = set()
     ids = [f.id for f in fires if f.overlap_skip]
-    return store.skip_overlapping(ids) if ids else set()
+    if ids:
+        held |= store.skip_overlapping(ids)
+    ids = [f.id for f in fires if f.overlap_policy == "buffer_one"]
+    if ids:
+        held |= store.buffer_overlapping(ids)
+    return held
+
+
+def cancel_overlapped(store: Store, fires: list[Fire]) -> list[dict[str, Any]]:
+    """Just before commit: for cancel_other fires, mark the schedule's earlier live runs revoked; returns
+    [{id, terminate}] for the caller to revoke through Celery once the transaction commits."""
+    ids = [f.id for f in fires if f.overlap_policy == "cancel_other"]
+    return store.cancel_overlapped(ids) if ids else []
 
 
 def record_pass(store: Store, batch_size: int, lookahead: float = 0.0, group_start: datetime | None = None,

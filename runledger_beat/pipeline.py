@@ -49,7 +49,7 @@ from .db import connect, safe_error
 from .dispatch import Dispatcher
 from .fastpath import CONFIRM_TIMEOUT
 from .fires import Fire, Outgoing
-from .materialize import FaultPolicy, record_pass, skip_overlapping
+from .materialize import FaultPolicy, cancel_overlapped, record_pass, skip_overlapping
 from .settings import Settings
 from .store import Store
 
@@ -259,9 +259,13 @@ class FirePipeline:
         prepared, self.prepared = self.prepared, None
         assert prepared is not None
         claims = self.claims
-        skipped = skip_overlapping(claims, [o.fire for o in prepared.outgoing])
+        fires = [o.fire for o in prepared.outgoing]
+        skipped = skip_overlapping(claims, fires)
+        cancelled = cancel_overlapped(claims, fires)
         claims.conn.commit()
         self.after_commit()
+        if cancelled:
+            self._revoke(cancelled)
         now = time.time()
         if self._local(prepared.last) <= now and not skipped:  # the usual case: one instant, all due
             self._publish(prepared.outgoing, wait=False)
@@ -278,8 +282,21 @@ class FirePipeline:
                 bisect.insort(self._held, (at, self._held_seq, item))
         if skipped:
             self.metrics.fired("skipped", len(skipped))
-            log.info("runledger: skipped %d fire(s): previous run still queued or running", len(skipped))
+            log.info("runledger: held back %d fire(s) (skipped or buffered): previous run still queued or running",
+                     len(skipped))
         self._publish(due, wait=False)
+
+    def _revoke(self, cancelled: list[dict[str, Any]]) -> None:
+        """cancel_other: revoke the runs a later fire replaced (already revoked in the ledger)."""
+        for terminate in (False, True):
+            ids = [str(c["id"]) for c in cancelled if bool(c["terminate"]) is terminate]
+            if not ids:
+                continue
+            log.info("runledger: cancel_other revoking %d run(s)%s", len(ids), " (terminate)" if terminate else "")
+            try:
+                self.app.control.revoke(ids, terminate=terminate)
+            except Exception as exc:  # the ledger already says revoked; the worker's guard stops unstarted runs
+                log.warning("runledger: revoking %s failed: %s", ", ".join(ids), safe_error(exc))
 
     def _publish_held(self) -> None:
         cut = bisect.bisect_right(self._held, (time.time(), float("inf")))
@@ -422,6 +439,10 @@ class FirePipeline:
         if self._backlog and not self.broker_backoff.active:
             self._publish([Outgoing(f) for f in list(self._backlog.values())])
 
+    def sweep_soon(self) -> None:
+        """Sweep the outbox at the next step (rows were queued to publish at once: backfill, manual trigger)."""
+        self._next_sweep = 0.0
+
     def _sweep(self) -> None:
         """Republish ledger rows left pending past the grace (a crashed beat, a failed publish); mark lost runs."""
         self._next_sweep = time.monotonic() + max(1.0, min(self.settings.recovery_grace / 2, 10.0))
@@ -437,6 +458,9 @@ class FirePipeline:
         self._warn_without_hook(ledger)
         if self.broker_backoff.active:
             return
+        released = self.ledger.release_buffered()  # buffer_one fires whose live run ended unseen by a worker hook
+        if released:
+            log.info("runledger: released %d buffered fire(s)", len(released))
         waiting = {item.fire.id for _, _, item in self._held}
         with self._ledger.transaction():
             rows = self.ledger.claim_pending(self.settings.recovery_grace, SWEEP_LIMIT)

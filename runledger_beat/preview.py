@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from .cron import zone
 from .formats import format_rfc3339, parse_duration, parse_instant, render_table
+from .spec import check_skip_dates
 from .timeengine import ScheduleError, Timing, fire_times
 
 UTC = timezone.utc
@@ -32,15 +33,19 @@ def add_preview_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--id", default=str(uuid.UUID(int=0)), metavar="UUID", help="schedule id (seeds jitter and H fields)"
     )
+    parser.add_argument("--skip-dates", metavar="DATES",
+                        help="local dates (in --tz) with no fire, e.g. 2026-12-25,2026-12-26")
     parser.add_argument("--json", action="store_true", help="print a JSON list of RFC 3339 UTC times")
 
 
 def _timing(args: argparse.Namespace) -> Timing:
     """Build and validate the Timing the options describe."""
+    skip = check_skip_dates(getattr(args, "skip_dates", None))
     if args.cron is not None:
-        timing = Timing("cron", cron=args.cron, timezone=args.tz, max_jitter=args.jitter)
+        timing = Timing("cron", cron=args.cron, timezone=args.tz, max_jitter=args.jitter, skip_dates=skip)
     elif args.every is not None:
-        timing = Timing("interval", every=parse_duration(args.every), timezone=args.tz, max_jitter=args.jitter)
+        timing = Timing("interval", every=parse_duration(args.every), timezone=args.tz, max_jitter=args.jitter,
+                        skip_dates=skip)
     else:
         timing = Timing("once", at=parse_instant("at", args.at, args.tz), timezone=args.tz)
     return timing.validate()

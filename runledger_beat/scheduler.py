@@ -86,6 +86,8 @@ class Scheduler(beat.Scheduler):
         if wait > 0 and self.listener is not None and self.listener.enabled:
             started = time.monotonic()
             if self.listener.wait(wait):
+                if self.listener.take_outbox() and self.pipeline is not None:
+                    self.pipeline.sweep_soon()
                 return 0.0
             return max(0.0, wait - (time.monotonic() - started))
         return wait

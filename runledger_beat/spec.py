@@ -15,7 +15,7 @@ import unicodedata
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from .cron import ScheduleError, zone
@@ -38,11 +38,15 @@ from .limits import (
 )
 from .timeengine import Timing
 
-OVERLAP_POLICIES = ("allow", "skip")
+OVERLAP_POLICIES = ("allow", "skip", "buffer_one", "cancel_other")
 SOURCES = ("api", "config")
+#: Longest pause note (the column's CHECK says the same).
+MAX_NOTE_LEN = 2000
+#: Most skip dates a schedule or calendar holds (the columns' CHECK says the same).
+MAX_SKIP_DATES = 10000
 #: Columns whose change moves the cursor.
 TIMING_COLUMNS = ("kind", "cron_expr", "cron_day_and", "interval_seconds", "run_at", "timezone",
-                  "max_jitter_seconds", "start_at", "end_at")
+                  "max_jitter_seconds", "start_at", "end_at", "skip_dates", "calendar")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,9 @@ class ScheduleSpec:
     active: Any = True
     day_and: Any = False
     source: Any = "api"
+    skip_dates: Any = ()
+    calendar: Any = None
+    overlap_terminate: Any = False
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -90,7 +97,9 @@ class ScheduleSpec:
             misfire=row["misfire_policy"], grace=row.get("misfire_grace_seconds"), overlap=row["overlap_policy"],
             start=row.get("start_at"), end=row.get("end_at"),
             organization_id=str(row["organization_id"]) if row.get("organization_id") else None,
-            active=row["is_active"], day_and=bool(row.get("cron_day_and")), source=row["source"])
+            active=row["is_active"], day_and=bool(row.get("cron_day_and")), source=row["source"],
+            skip_dates=sorted(row.get("skip_dates") or ()), calendar=row.get("calendar"),
+            overlap_terminate=bool(row.get("overlap_terminate")))
 
     def columns(self) -> dict[str, Any]:
         """Validate every field into job_schedules column values (no id, anchor or cursor yet)."""
@@ -109,6 +118,8 @@ class ScheduleSpec:
             "max_jitter_seconds": timing.max_jitter, "options": check_options(self.options),
             "misfire_policy": timing.misfire, "misfire_grace_seconds": timing.grace,
             "overlap_policy": self.overlap, "start_at": timing.start, "end_at": timing.end, "source": self.source,
+            "skip_dates": sorted(timing.skip_dates), "calendar": check_calendar_name(self.calendar),
+            "overlap_terminate": check_bool("overlap_terminate", self.overlap_terminate),
         }
 
     def timing(self) -> Timing:
@@ -122,6 +133,9 @@ class ScheduleSpec:
             raise ScheduleError("timezone", f"unknown time zone {tz!r}")
         zone(tz)
         kind = {"cron": "cron", "every": "interval", "at": "once"}[given[0]]
+        skip_dates = check_skip_dates(self.skip_dates)
+        if kind == "once" and (skip_dates or self.calendar):
+            raise ScheduleError("skip_dates", "a one-off (at) schedule has no dates to skip; move its instant instead")
         cron = None
         if kind == "cron":
             if not isinstance(self.cron, str) or len(self.cron) > MAX_CRON_LEN:
@@ -133,6 +147,7 @@ class ScheduleSpec:
             at=check_instant("at", self.at, tz), timezone=tz,
             start=check_instant("start", self.start, tz), end=check_instant("end", self.end, tz),
             max_jitter=self.max_jitter, misfire=self.misfire, grace=check_seconds("grace", self.grace),
+            skip_dates=skip_dates,
         ).validate()
 
 
@@ -179,6 +194,54 @@ def check_seconds(field: str, value: Any) -> float | None:
     if not math.isfinite(seconds) or not 0 <= seconds <= MAX_SECONDS:
         raise ScheduleError(field, f"must be a finite number of seconds between 0 and {MAX_SECONDS}, got {value!r}")
     return seconds
+
+
+def check_skip_dates(value: Any, field: str = "skip_dates") -> frozenset[date]:
+    """Local dates: dates or ISO 'YYYY-MM-DD' texts, as a collection or one comma-separated text."""
+    if value is None or value == "":
+        return frozenset()
+    items = value.split(",") if isinstance(value, str) else value
+    if isinstance(items, Mapping) or not isinstance(items, (list, tuple, set, frozenset)):
+        raise ScheduleError(field, f"expected dates like 2026-12-25,2026-12-26, got {value!r}")
+    found: set[date] = set()
+    for item in items:
+        if isinstance(item, str):
+            try:
+                item = date.fromisoformat(item.strip())
+            except ValueError:
+                raise ScheduleError(field, f"invalid date {item.strip()!r}; expected YYYY-MM-DD") from None
+        if not isinstance(item, date) or isinstance(item, datetime):
+            raise ScheduleError(field, f"expected a date, got {item!r}")
+        found.add(item)
+    if len(found) > MAX_SKIP_DATES:
+        raise ScheduleError(field, f"at most {MAX_SKIP_DATES} dates, got {len(found)}")
+    return frozenset(found)
+
+
+def check_calendar_name(value: Any) -> str | None:
+    """A calendar name, or None (None or "" is no calendar)."""
+    if value is None or value == "":
+        return None
+    return check_text("calendar", value, MAX_NAME_LEN)
+
+
+def check_bool(field: str, value: Any) -> bool:
+    """True or false."""
+    if not isinstance(value, bool):
+        raise ScheduleError(field, f"must be true or false, got {value!r}")
+    return value
+
+
+def check_note(value: Any) -> str | None:
+    """A pause note: text of at most MAX_NOTE_LEN characters; None or blank is no note."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ScheduleError("note", f"must be a string, got {type(value).__name__}")
+    value = value.strip()
+    if len(value) > MAX_NOTE_LEN:
+        raise ScheduleError("note", f"at most {MAX_NOTE_LEN} characters, got {len(value)}")
+    return value or None
 
 
 def check_organization(value: Any) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import psycopg
@@ -22,6 +22,10 @@ from . import queries
 
 #: NOTIFY channel that wakes every beat when schedules change.
 NOTIFY_CHANNEL = "runledger_schedules"
+#: Payload of a notification asking the beats to sweep the outbox now (store.notify_outbox).
+OUTBOX_PAYLOAD = "outbox"
+#: How long the schedule audit log keeps an entry unless told otherwise (30 days).
+AUDIT_RETENTION_SECONDS = 30 * 86400.0
 
 
 class Store:
@@ -211,6 +215,70 @@ class Store:
     def deactivate_config(self, schedule_ids: Sequence[uuid.UUID]) -> list[str]:
         """Deactivate config schedules whose entry left the beat_schedule; returns their names."""
         return [r["name"] for r in self._all(queries.api_deactivate_config, {"ids": list(schedule_ids)})]
+
+    # -- schedule features (overlap, backfill, notes, audit, calendars) ------------------
+
+    def pause_schedule(self, schedule_id: uuid.UUID, note: str | None) -> dict:
+        """Pause a schedule, recording the note, when and who (role, application_name); returns the row."""
+        return self._one(queries.feature_pause_schedule, {"id": schedule_id, "note": note})
+
+    def clear_pause(self, schedule_id: uuid.UUID) -> dict | None:
+        """Forget a schedule's pause note; returns the row, or None when it had none."""
+        return self._one(queries.feature_clear_pause, {"id": schedule_id})
+
+    def audit(self, name: str | None, since_seconds: float | None, limit: int = 10000) -> list[dict]:
+        """Audit log entries (oldest first), optionally of one schedule and within a recent window."""
+        return self._all(queries.feature_audit, {"name": name, "since": since_seconds, "limit": limit})
+
+    def prune_audit(self, older_than_seconds: float = AUDIT_RETENTION_SECONDS) -> int:
+        """Delete audit entries older than the retention (default 30 days); returns how many."""
+        return self.conn.execute(queries.feature_prune_audit, {"older_than": float(older_than_seconds)}).rowcount
+
+    def insert_backfill(self, schedule_id: uuid.UUID, ids: Sequence[uuid.UUID], scheduled_fors: Sequence[datetime],
+                        payloads: Sequence[str]) -> list[dict]:
+        """Record backfill slots as pending ledger rows (payloads as JSON text); returns {id, scheduled_for}
+        of the rows inserted (a slot already recorded is not)."""
+        return self._all(queries.feature_insert_backfill, {
+            "schedule_id": schedule_id, "ids": list(ids), "scheduled_fors": list(scheduled_fors),
+            "payloads": list(payloads)})
+
+    def notify_outbox(self) -> None:
+        """Wake the running beats and have them sweep for pending rows to publish at once (at commit)."""
+        self.conn.execute(queries.feature_notify_outbox)
+
+    def add_calendar(self, name: str, dates: Sequence[date]) -> dict:
+        """Create a calendar or add dates to it; returns it."""
+        return self._one(queries.feature_calendar_add, {"name": name, "dates": sorted(dates)})
+
+    def calendar(self, name: str) -> dict | None:
+        """One calendar, or None."""
+        return self._one(queries.feature_calendar_get, {"name": name})
+
+    def calendars(self) -> list[dict]:
+        """Every calendar with the names of the schedules using it."""
+        return self._all(queries.feature_calendar_list)
+
+    def calendar_users(self, name: str) -> list[str]:
+        """Names of the schedules using a calendar."""
+        return [r["name"] for r in self._all(queries.feature_calendar_users, {"name": name})]
+
+    def delete_calendar(self, name: str) -> bool:
+        """Remove a calendar no schedule uses; False when there was none."""
+        return self._one(queries.feature_calendar_delete, {"name": name}) is not None
+
+    def buffer_overlapping(self, fire_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """buffer_one fires: while a run is live the first waits ('buffered'), further ones are skipped;
+        returns the ids held back."""
+        return {r["id"] for r in self._all(queries.overlap_buffer_fires, {"ids": list(fire_ids)})}
+
+    def release_buffered(self, finished_job_id: str | None = None, limit: int = 1000) -> list[dict]:
+        """Buffered fires whose schedule has no live run become pending (released); returns them to publish.
+        With ``finished_job_id`` only that run's schedule."""
+        return self._all(queries.overlap_release_buffered, {"job_id": finished_job_id, "limit": limit})
+
+    def cancel_overlapped(self, fire_ids: Sequence[uuid.UUID]) -> list[dict]:
+        """cancel_other fires: mark revoked the earlier live runs of their schedules; returns {id, terminate}."""
+        return self._all(queries.overlap_cancel_runs, {"ids": list(fire_ids)})
 
     # -- reading the ledger ----------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
 
 from .cron import Cron, ScheduleError, compile_cron, zone
 from .formats import format_rfc3339, parse_duration
@@ -40,6 +40,9 @@ MISFIRE_POLICIES = ("fire_once", "skip")
 KINDS = ("cron", "interval", "once")
 DEFAULT_SKIP_LATENESS = 5.0  # seconds a slot may be late under "skip" without a grace
 U128 = (1 << 128) - 1
+#: Skip dates: the most excluded local days in a row the next-fire search passes over (ten years of
+#: daily fires); a longer run of excluded days is a ScheduleError("skip_dates").
+MAX_SKIPPED_DAYS = 3660
 
 
 def _aware(field: str, value: datetime | None) -> None:
@@ -64,6 +67,8 @@ class Timing:
     max_jitter: int = 0
     misfire: str = "fire_once"
     grace: float | None = None
+    #: Local dates (in ``timezone``) on which a cron or interval schedule never fires; see next_fire_after.
+    skip_dates: frozenset[date] = frozenset()
 
     def validate(self) -> Timing:
         """Check every field (raising ScheduleError naming it) and return self."""
@@ -72,6 +77,9 @@ class Timing:
         zone(self.timezone)
         for name in ("at", "anchor", "start", "end"):
             _aware(name, getattr(self, name))
+        if not isinstance(self.skip_dates, frozenset) or not all(
+                isinstance(d, date) and not isinstance(d, datetime) for d in self.skip_dates):
+            raise ScheduleError("skip_dates", "must be a frozenset of dates")
         self._validate_form()
         if self.start is not None and self.end is not None and self.end <= self.start:
             raise ScheduleError("end", "end must be after start")
@@ -89,8 +97,19 @@ class Timing:
             raise ScheduleError("grace", f"must be at least 0 seconds, got {self.grace}")
         return self
 
+    def excludes(self, instant: datetime) -> bool:
+        """Whether ``instant`` falls on one of the skip dates (local date in the schedule's zone)."""
+        return bool(self.skip_dates) and self.kind != "once" and \
+            instant.astimezone(zone(self.timezone)).date() in self.skip_dates
+
+    def excludes_fire(self, fire: datetime) -> bool:
+        """Whether a (jittered) fire's un-jittered slot surely lies on a skip date: the slot is at most
+        max_jitter seconds before the fire, and skip dates apply to slots (see _next_base)."""
+        return self.excludes(fire) and (self.max_jitter == 0
+                                        or self.excludes(fire - timedelta(seconds=self.max_jitter)))
+
     def _validate_form(self) -> None:
-        """Check the fields of the cron / interval / one-off form."""
+        """The cron / interval / one-off part of validate()."""
         if self.kind == "cron":
             if not self.cron:
                 raise ScheduleError("cron", "missing cron expression")
@@ -143,7 +162,30 @@ def _jittered(timing: Timing, base: datetime, schedule_id: uuid.UUID) -> datetim
 
 
 def _next_base(timing: Timing, after: datetime, schedule_id: uuid.UUID | None = None) -> datetime | None:
-    """First un-jittered fire strictly after `after`, never before start (end is not applied)."""
+    """First un-jittered fire strictly after `after` whose local date is not a skip date (end is not applied).
+
+    An excluded fire moves the search to the start of the next local day; at most MAX_SKIPPED_DAYS
+    excluded days in a row are passed over before giving up with ScheduleError("skip_dates") (the
+    beat then defers the schedule like any row it cannot plan).
+    """
+    base = _next_slot(timing, after, schedule_id)
+    if not timing.skip_dates or timing.kind == "once":
+        return base
+    tz = zone(timing.timezone)
+    for _ in range(MAX_SKIPPED_DAYS):
+        if base is None:
+            return None
+        day = base.astimezone(tz).date()
+        if day not in timing.skip_dates:
+            return base
+        next_day = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz).astimezone(UTC)
+        base = _next_slot(timing, max(next_day - ONE_MICROSECOND, base), schedule_id)
+    raise ScheduleError("skip_dates", f"more than {MAX_SKIPPED_DAYS} days in a row with every fire excluded")
+
+
+def _next_slot(timing: Timing, after: datetime, schedule_id: uuid.UUID | None = None) -> datetime | None:
+    """First un-jittered fire strictly after `after`, never before start (end and skip dates are not applied);
+    ``schedule_id`` seeds H terms."""
     if timing.start is not None and after < timing.start:
         after = timing.start - ONE_MICROSECOND
     if timing.kind == "cron":

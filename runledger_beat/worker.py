@@ -238,7 +238,7 @@ class _Hooks:
         request = getattr(sender, "request", None)
         ledger_id = _ledger_id(request)
         if ledger_id and not _is_duplicate(request):
-            _update(self.ledger, lambda store: store.mark_success(ledger_id))
+            self._finish(ledger_id, lambda store: store.mark_success(ledger_id))
 
     def failure(self, sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
         """A run failed: keep the exception."""
@@ -246,7 +246,7 @@ class _Hooks:
         ledger_id = _ledger_id(request)
         if ledger_id and not _is_duplicate(request):
             error = _error_text(exception) if exception is not None else "failure"
-            _update(self.ledger, lambda store: store.mark_failure(ledger_id, error))
+            self._finish(ledger_id, lambda store: store.mark_failure(ledger_id, error))
 
     def revoked(self, sender: Any = None, request: Any = None, terminated: bool = False,
                 signum: Any = None, expired: bool = False, **_: Any) -> None:
@@ -254,7 +254,34 @@ class _Hooks:
         ledger_id = _ledger_id(request)
         if ledger_id:
             note = "expired" if expired else (f"terminated (signal {signum})" if terminated else None)
-            _update(self.ledger, lambda store: store.mark_revoked(ledger_id, note))
+            self._finish(ledger_id, lambda store: store.mark_revoked(ledger_id, note))
+
+    def _finish(self, ledger_id: str, mark: Callable[[Store], Any]) -> None:
+        """Record a run's end and, in the same transaction, release the fire its schedule buffered
+        (overlap buffer_one), which is then published from here; if that fails the sweep publishes it."""
+        def step(store: Store) -> list[dict]:
+            with store.conn.transaction():
+                mark(store)
+                return store.release_buffered(ledger_id, limit=1)
+
+        try:
+            released = self.ledger.run(step)
+        except _LedgerUnavailable:
+            return
+        for row in released or ():
+            _update(self.ledger, lambda store, row=row: self._publish_released(store, row))
+
+    def _publish_released(self, store: Store, row: dict) -> None:
+        from .fires import Fire
+        from .messages import send_fire
+        fire = Fire.from_job(row)
+        try:
+            with self.app.producer_or_acquire() as producer:
+                send_fire(self.app, producer, fire, False)
+        except Exception as exc:
+            log.warning("runledger: publishing buffered fire %s failed (the sweep will): %s", fire.id, exc)
+            return
+        store.mark_sent([fire.id])
 
 
 def install(app: Any) -> None:

@@ -46,6 +46,9 @@ SELECT s.id, s.name, s.job_type, s.organization_id, s.payload_template, s.kind,
        s.timezone, s.next_fire_at, s.max_jitter_seconds, s.options,
        s.misfire_policy, s.misfire_grace_seconds, s.overlap_policy,
        s.start_at, s.end_at, s.last_fired_at, coalesce(q.failures, 0) AS failures,
+       s.skip_dates, s.overlap_terminate,
+       CASE WHEN s.calendar IS NOT NULL THEN (SELECT c.dates FROM calendars c WHERE c.name = s.calendar)
+       END AS calendar_dates,
        statement_timestamp() AS db_now
   FROM job_schedules s
   LEFT JOIN schedule_faults q ON q.schedule_id = s.id
@@ -170,13 +173,13 @@ UPDATE jobs
  WHERE id = ANY(%(ids)b::uuid[]) AND status = 'pending';
 
 -- claim_pending_jobs --
--- Ledger rows still unpublished past the grace after their instant (manual triggers at once), locked for one sweeper.
--- A fire whose publish failed waits %(grace)s s doubled per attempt (at most an hour); fewest attempts first, so
--- fires that keep failing never starve newer ones.
+-- Ledger rows still unpublished past the grace after their instant (manual triggers, backfills and released
+-- buffered fires at once), locked for one sweeper. A fire whose publish failed waits %(grace)s s doubled per
+-- attempt (at most an hour); fewest attempts first, so fires that keep failing never starve newer ones.
 SELECT id, job_type, payload, options, schedule_id, schedule_name, scheduled_for
   FROM jobs
  WHERE status = 'pending'
-   AND (stage = 'manual'
+   AND (stage = 'manual' OR backfill OR released_at IS NOT NULL
         OR greatest(created_at, scheduled_for) < statement_timestamp() - make_interval(secs => %(grace)s))
    AND (last_attempt_at IS NULL
         OR last_attempt_at < statement_timestamp()
@@ -234,12 +237,12 @@ INSERT INTO job_schedules (id, name, job_type, organization_id, payload_template
                            cron_expr, cron_day_and, interval_seconds, run_at, anchor_at,
                            timezone, is_active, next_fire_at, max_jitter_seconds, options,
                            misfire_policy, misfire_grace_seconds, overlap_policy,
-                           start_at, end_at, source)
+                           start_at, end_at, source, skip_dates, calendar, overlap_terminate)
 VALUES (%(id)s, %(name)s, %(job_type)s, %(organization_id)s, %(payload_template)s, %(kind)s,
         %(cron_expr)s, %(cron_day_and)s, %(interval_seconds)s, %(run_at)s, %(anchor_at)s,
         %(timezone)s, %(is_active)s, %(next_fire_at)s, %(max_jitter_seconds)s, %(options)s,
         %(misfire_policy)s, %(misfire_grace_seconds)s, %(overlap_policy)s,
-        %(start_at)s, %(end_at)s, %(source)s)
+        %(start_at)s, %(end_at)s, %(source)s, %(skip_dates)s::date[], %(calendar)s, %(overlap_terminate)s)
 RETURNING *;
 
 -- api_update_schedule --
@@ -253,7 +256,8 @@ UPDATE job_schedules
        max_jitter_seconds = %(max_jitter_seconds)s, options = %(options)s,
        misfire_policy = %(misfire_policy)s, misfire_grace_seconds = %(misfire_grace_seconds)s,
        overlap_policy = %(overlap_policy)s, start_at = %(start_at)s, end_at = %(end_at)s,
-       source = %(source)s, updated_at = now()
+       source = %(source)s, skip_dates = %(skip_dates)s::date[], calendar = %(calendar)s,
+       overlap_terminate = %(overlap_terminate)s, updated_at = now()
  WHERE id = %(id)s
 RETURNING *;
 
