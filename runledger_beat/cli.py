@@ -462,13 +462,13 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
 
 
 def _calendar_arguments(parser: argparse.ArgumentParser) -> None:
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION", help="add, list or remove")
     add = actions.add_parser("add", help="create a calendar or add dates to it")
-    add.add_argument("calendar_name", metavar="NAME")
+    add.add_argument("calendar_name", metavar="NAME", help="calendar name")
     add.add_argument("--dates", required=True, help="local dates, e.g. 2026-12-25,2026-12-26")
     actions.add_parser("list", help="every calendar and the schedules using it")
     remove = actions.add_parser("remove", help="delete a calendar no schedule uses")
-    remove.add_argument("calendar_name", metavar="NAME")
+    remove.add_argument("calendar_name", metavar="NAME", help="calendar name")
     for sub in (add, remove, actions.choices["list"]):
         _global_options(sub, top=False)
         sub.add_argument("--json", action="store_true", help="machine-readable output")

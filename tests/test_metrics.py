@@ -141,7 +141,8 @@ def test_grafana_dashboard_queries_only_metrics_beat_serves():
 
 def test_failed_publishes_are_counted_as_the_ledger_counts_them(db, pg_dsn, schema, amqp_url):
     port = _free_port()
-    env, _ = prepare(db, pg_dsn, schema, amqp_url, extra={"runledger_metrics_port": port, "runledger_recovery_grace": 1})
+    env, _ = prepare(db, pg_dsn, schema, amqp_url,
+                     extra={"runledger_metrics_port": port, "runledger_recovery_grace": 1})
     # The broker refuses every message of this schedule (no such exchange): each attempt fails alone.
     insert_schedule(db, "unsendable", cron="* * * * * *",
                     options={"exchange": f"rl-missing-{uuid.uuid4().hex[:6]}", "routing_key": "x"})

@@ -31,7 +31,8 @@ GRANTS = {
              "GRANT SELECT, INSERT, UPDATE ON {schema}.job_schedules, {schema}.jobs TO {role}",
              "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.schedule_faults TO {role}",
              "GRANT SELECT ON {schema}.workers TO {role}",
-             "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.beats TO {role}"],
+             "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.beats TO {role}",
+             "GRANT SELECT ON {schema}.calendars TO {role}"],
     "worker": ["GRANT USAGE ON SCHEMA {schema} TO {role}",
                "GRANT SELECT, UPDATE ON {schema}.jobs TO {role}",
                "GRANT SELECT, INSERT, UPDATE ON {schema}.workers TO {role}"],
@@ -39,7 +40,9 @@ GRANTS = {
             "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_schedules TO {role}",
             "GRANT SELECT, INSERT ON {schema}.jobs TO {role}",
             "GRANT SELECT, DELETE ON {schema}.schedule_faults TO {role}",
-            "GRANT SELECT ON {schema}.beats TO {role}"],
+            "GRANT SELECT ON {schema}.beats TO {role}",
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.calendars TO {role}",
+            "GRANT SELECT ON {schema}.schedule_changes TO {role}"],
 }
 #: Only for the test tasks (tests/celeryapp.py records each execution in this table).
 TEST_TASK_GRANTS = ["GRANT SELECT, INSERT, UPDATE ON {schema}.executions TO {role}",

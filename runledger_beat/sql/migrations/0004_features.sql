@@ -57,8 +57,11 @@ CREATE INDEX schedule_changes_name_idx ON schedule_changes (schedule_name, at);
 
 -- One row per changed schedule row; before/after hold only the changed columns (updated_at aside).
 -- Beat's own cursor moves set runledger.internal = 'on' for their transaction and are not changes.
--- The log is written into the schema of the table changed, whatever the session's search_path.
-CREATE FUNCTION runledger_audit_schedules() RETURNS trigger LANGUAGE plpgsql AS $$
+-- The log is written into the schema of the table changed, whatever the session's search_path. The function
+-- runs with its owner's rights (SECURITY DEFINER, search_path pinned), so any role that may write schedules
+-- -- raw SQL included -- is audited without an INSERT grant on the log; "who" is the session's login role.
+CREATE FUNCTION runledger_audit_schedules() RETURNS trigger LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     old_doc jsonb := CASE WHEN TG_OP <> 'INSERT' THEN to_jsonb(OLD) - 'updated_at' END;
     new_doc jsonb := CASE WHEN TG_OP <> 'DELETE' THEN to_jsonb(NEW) - 'updated_at' END;
@@ -81,7 +84,7 @@ BEGIN
         a := new_doc;
     END IF;
     EXECUTE format('INSERT INTO %I.schedule_changes (who, application_name, operation, schedule_id, schedule_name,'
-                   ' before, after) VALUES (current_user, current_setting(''application_name''), $1, $2::uuid, $3, $4, $5)',
+                   ' before, after) VALUES (session_user, current_setting(''application_name''), $1, $2::uuid, $3, $4, $5)',
                    TG_TABLE_SCHEMA)
       USING TG_OP, coalesce(new_doc, old_doc)->>'id', coalesce(new_doc, old_doc)->>'name', b, a;
     RETURN NULL;
