@@ -72,6 +72,8 @@ STATEMENT_TIMEOUT = 30.0
 LOCK_TIMEOUT = 5.0
 #: Idle seconds beyond the lookahead after which the server ends a frozen beat's open transaction (and its locks).
 IDLE_MARGIN = 5.0
+#: Seconds between prunings of the audit log (entries older than store.AUDIT_RETENTION_SECONDS go).
+PRUNE_EVERY = 3600.0
 #: Seconds shutdown waits for the broker's last confirms (the recovery sweep covers the rest).
 SHUTDOWN_CONFIRM_TIMEOUT = 2.0
 #: How long a fire may stay sent with no worker hook seen before beat warns, and how often it warns.
@@ -112,6 +114,7 @@ class FirePipeline:
         self._contended = False    # the last claim found due rows all locked by other beats
         self._next_sweep = 0.0
         self._next_hook_warning = 0.0
+        self._next_prune = 0.0
         self.faults = FaultPolicy(delay=settings.defer_seconds, quarantine_after=settings.quarantine_after)
         self.db_backoff = Backoff("Postgres")
         self.broker_backoff = Backoff("broker")
@@ -447,6 +450,8 @@ class FirePipeline:
         """Republish ledger rows left pending past the grace (a crashed beat, a failed publish); mark lost runs."""
         self._next_sweep = time.monotonic() + max(1.0, min(self.settings.recovery_grace / 2, 10.0))
         ledger = self.ledger
+        if time.monotonic() >= self._next_prune:
+            self._prune_audit(ledger)
         lost = ledger.mark_lost_runs(self.settings.lost_after)
         if lost:
             log.warning("runledger: marked %d run(s) lost (started, never finished)", len(lost))
@@ -468,6 +473,15 @@ class FirePipeline:
             if fires:
                 log.info("runledger: recovery sweep republishing %d fire(s)", len(fires))
                 self._publish([Outgoing(f) for f in fires])
+
+    def _prune_audit(self, ledger: Store) -> None:
+        """Drop audit entries past the retention, hourly; a role without the right to only logs it."""
+        self._next_prune = time.monotonic() + PRUNE_EVERY
+        try:
+            ledger.prune_audit()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            log.warning("runledger: cannot prune %s.schedule_changes (%s); grant DELETE on it to beat's role",
+                        self.settings.schema, safe_error(exc))
 
     def _warn_without_hook(self, ledger: Store) -> None:
         """Warn (hourly) when sent fires stay unstarted and no worker runs the ledger hook."""

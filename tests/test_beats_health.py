@@ -160,7 +160,8 @@ def test_a_role_that_may_not_write_beats_still_schedules(pg_dsn, schema, db, cap
         # The README's beat grants except the beats table.
         db.execute(sql.SQL("GRANT USAGE ON SCHEMA {s} TO {r}; GRANT SELECT, INSERT, UPDATE ON {s}.job_schedules,"
                            " {s}.jobs TO {r}; GRANT SELECT ON {s}.schema_migrations, {s}.workers TO {r};"
-                           " GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.schedule_faults TO {r}")
+                           " GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.schedule_faults TO {r};"
+                           " GRANT SELECT ON {s}.calendars TO {r}")
                    .format(s=ident(schema), r=ident(role)))
         insert_schedule(db, "due-now", cron="* * * * * *", task="x")
         scheduler = Scheduler(_app(psycopg.conninfo.make_conninfo(pg_dsn, user=role), schema,

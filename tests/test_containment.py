@@ -170,7 +170,9 @@ def test_sent_fires_past_their_expiry_resolve_so_overlap_skip_goes_on(db, pg_dsn
         db.execute("UPDATE job_schedules SET next_fire_at = now() WHERE id = %s", (sid,))
         pipeline.run_once()
         statuses = [r["status"] for r in ledger(db, sid)]
-        assert statuses[0] == "expired" and statuses[-1] == "sent" and len(statuses) == 3
+        # the expired fire, the skips while it was live (one, more on a slow machine), then a fire sent again
+        assert statuses[0] == "expired" and statuses[-1] == "sent"
+        assert set(statuses[1:-1]) == {"skipped"}
     finally:
         pipeline.close()
         delete_queue(amqp_url, queue)
