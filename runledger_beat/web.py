@@ -357,7 +357,7 @@ class Dashboard:
             return self.refuse_html(request, "missing or stale form token (CSRF): reload the login page")
         if not same_token(fields.get("token"), self.token):
             self.session(request)["flash"] = {"error": True, "text": "wrong token"}
-            return RedirectResponse("/login", status_code=303)
+            return RedirectResponse("/login?next=" + quote(safe_next(fields.get("next")), safe=""), status_code=303)
         session = self.session(request)
         session.clear()
         session.update(auth=True, csrf=secrets.token_urlsafe(32))
