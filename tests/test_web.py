@@ -95,13 +95,13 @@ def _clock(db):
 
 @pytest.fixture
 def web(pg_dsn, schema):
-    """Start `runledger-beat web` on a free port; yields a function (token=None, env=None) -> base URL."""
+    """Start `runledger-beat web` on a free port; yields a function (token=None, env=None, args=()) -> base URL."""
     started: list[Proc] = []
 
-    def start(token: str | None = None, env: dict | None = None) -> str:
+    def start(token: str | None = None, env: dict | None = None, args: tuple = ()) -> str:
         port = _free_port()
         argv = [sys.executable, "-m", "runledger_beat.cli", "--dsn", pg_dsn, "--schema", schema, "web",
-                "--port", str(port)]
+                "--port", str(port), *args]
         env = dict(env or celery_env(pg_dsn, schema, "memory://", "unused"))
         env.pop(web_token_env(), None)
         if token is not None:
@@ -206,6 +206,10 @@ def test_read_only_dashboard_shows_everything_and_refuses_every_write(web, seede
         assert _api_post(f"{base}/api/schedules/heartbeat/{action}", {}, token="anything")[0] == 403
         assert _form(f"{base}/schedules/heartbeat/{action}", {"csrf": "x"})[0] == 403
     assert _form(base + "/login", {"token": "anything", "csrf": "x"})[0] == 403
+    # --read-only ignores a configured token
+    forced = web(token=TOKEN, args=("--read-only",))
+    assert _api_post(f"{forced}/api/schedules/heartbeat/pause", {}, token=TOKEN)[0] == 403
+    assert "read-only" in _get(forced + "/")[1]
     assert _active(db, "heartbeat") is True and _jobs(db, "heartbeat") == jobs_before
 
 
