@@ -41,7 +41,6 @@ from .timeengine import ScheduleError
 
 TOKEN_ENV = "RUNLEDGER_WEB_TOKEN"
 ACTIONS = ("pause", "resume", "trigger", "backfill")
-API_ACTIONS = ("pause", "resume", "trigger", "backfill")
 LIST_FIRES = 3
 PAGE_FIRES = 10
 HISTORY_ROWS = 50
@@ -238,6 +237,11 @@ class Dashboard:
             session["csrf"] = secrets.token_urlsafe(32)
         return session["csrf"]
 
+    def csrf_ok(self, request: Any, fields: dict[str, str]) -> bool:
+        """Whether the form carries this session's CSRF token (constant-time comparison)."""
+        expected = self.session(request).get("csrf")
+        return bool(expected) and hmac.compare_digest(fields.get("csrf", "").encode(), expected.encode())
+
     def render(self, request: Any, name: str, status: int = 200, **context: Any) -> Any:
         session = self.session(request)
         context.update(schema=self.schema, writable=self.token is not None, logged_in=self.logged_in(request),
@@ -337,8 +341,7 @@ class Dashboard:
         if body is None:
             return {}, "request too large"
         fields = parse_form(body)
-        expected = self.session(request).get("csrf")
-        if not expected or not hmac.compare_digest(fields.get("csrf", "").encode(), expected.encode()):
+        if not self.csrf_ok(request, fields):
             return {}, "missing or stale form token (CSRF): reload the page and try again"
         if not self.logged_in(request):
             return {}, "log in first"
@@ -351,9 +354,7 @@ class Dashboard:
             return self.refuse_html(request, f"read-only dashboard: start it with {TOKEN_ENV} set to log in")
         body = await _body(request)
         fields = parse_form(body or b"")
-        expected = self.session(request).get("csrf")
-        if body is None or not expected or not hmac.compare_digest(fields.get("csrf", "").encode(),
-                                                                   expected.encode()):
+        if body is None or not self.csrf_ok(request, fields):
             return self.refuse_html(request, "missing or stale form token (CSRF): reload the login page")
         if not same_token(fields.get("token"), self.token):
             self.session(request)["flash"] = {"error": True, "text": "wrong token"}
@@ -366,10 +367,10 @@ class Dashboard:
     async def logout(self, request: Any) -> Any:
         from starlette.responses import RedirectResponse
 
-        fields, refusal = await self.checked_form(request)
-        if refusal and self.token is not None and "log in" not in refusal:
-            return self.refuse_html(request, refusal)
-        self.session(request).clear()
+        if self.token is not None:
+            if not self.csrf_ok(request, parse_form(await _body(request) or b"")):
+                return self.refuse_html(request, "missing or stale form token (CSRF): reload the page")
+            self.session(request).clear()
         return RedirectResponse("/", status_code=303)
 
     # -- JSON ------------------------------------------------------------------------
@@ -404,7 +405,7 @@ class Dashboard:
         scheme, _, credentials = given.partition(" ")
         if scheme.lower() != "bearer" or not same_token(credentials.strip(), self.token):
             return JSONResponse({"error": "a valid 'Authorization: Bearer <token>' is required"}, status_code=403)
-        if action not in API_ACTIONS:
+        if action not in ACTIONS:
             return JSONResponse({"error": f"no action {action!r}"}, status_code=404)
         fields, error = await _json_body(request)
         if error:
