@@ -306,9 +306,16 @@ def cmd_doctor(args: argparse.Namespace, dsn: str) -> int:
 
 
 def cmd_web(args: argparse.Namespace, dsn: str) -> int:
+    if args.allow_actions:
+        raise UsageError("web: --allow-actions is gone: set RUNLEDGER_WEB_TOKEN to allow changes "
+                         "(API: Authorization: Bearer <token>; pages: log in with it)")
+    token = None if args.read_only else (os.environ.get("RUNLEDGER_WEB_TOKEN") or "").strip() or None
+    if token is not None and len(token) < 16:
+        print("warning: RUNLEDGER_WEB_TOKEN is shorter than 16 characters; use a long random one "
+              "(python -c 'import secrets; print(secrets.token_urlsafe(32))')", file=sys.stderr)
     try:
         from .web import serve
-        serve(dsn, args.schema, args.host, args.port, args.allow_actions)
+        serve(dsn, args.schema, args.host, args.port, token)
     except ImportError as exc:
         raise UsageError(f"web: {exc.name or exc} is not installed (pip install 'runledger-beat[web]')") from None
 
@@ -497,8 +504,10 @@ def build_parser() -> argparse.ArgumentParser:
                              help="count only beats on this host (a pod's own beat, for a liveness probe)")
     p["web"].add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p["web"].add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
-    p["web"].add_argument("--allow-actions", action="store_true",
-                          help="offer Pause / Resume / Trigger buttons (there is no login: keep it private)")
+    p["web"].add_argument("--read-only", action="store_true",
+                          help="refuse every change even when RUNLEDGER_WEB_TOKEN is set (without the token the "
+                               "dashboard is read-only anyway)")
+    p["web"].add_argument("--allow-actions", action="store_true", help=argparse.SUPPRESS)  # replaced by the token
     p["backfill"].add_argument("name", help="schedule name")
     p["backfill"].add_argument("--from", dest="start", required=True, metavar="ISO",
                                help="first instant of the range (naive: the schedule's zone)")

@@ -312,6 +312,23 @@ class Store:
         row = self._one(queries.metrics_gauges)
         return {"due": int(row["due"]), "pending": int(row["pending"]), "quarantined": int(row["quarantined"])}
 
+    def last_fires(self) -> dict[uuid.UUID, dict]:
+        """{schedule id: its latest ledger row's status, stage, scheduled_for, sent_at, lag_seconds}."""
+        return {r["schedule_id"]: r for r in self._all(queries.web_last_fires)}
+
+    def lag_series(self, schedule_id: Any, limit: int) -> list[dict]:
+        """scheduled_for and lag_seconds (sent_at - scheduled_for) of a schedule's last ``limit`` sent fires,
+        oldest first."""
+        return self._all(queries.web_lag_series, {"id": schedule_id, "limit": int(limit)})
+
+    def faulted_schedules(self) -> list[dict]:
+        """Schedules with a fault record (failures, last_error, retry_at, quarantined_at), quarantined first."""
+        return self._all(queries.web_faulted_schedules)
+
+    def failed_jobs(self, limit: int) -> list[dict]:
+        """The newest ``limit`` ledger rows with status failed, lost or expired."""
+        return self._all(queries.web_failed_jobs, {"limit": int(limit)})
+
     def claim_due_at(self, at: datetime, limit: int) -> list[dict]:
         """Lock schedules due by ``at`` with ``db_now`` = ``at`` (testing.run_due: a pass at a chosen clock)."""
         return self._all(queries.testing_claim_due_at, {"at": at, "limit": limit})

@@ -99,3 +99,34 @@ UNLISTEN runledger_doctor;
 -- doctor_recent_start --
 -- runledger-beat doctor: the latest run a worker hook reported started within the last hour (NULL: none).
 SELECT max(started_at) AS started_at FROM jobs WHERE started_at >= now() - interval '1 hour';
+
+-- web_last_fires --
+-- The dashboard's schedules page: each schedule's latest ledger row (status, and the lag sent_at - scheduled_for).
+SELECT s.id AS schedule_id, j.status, j.stage, j.scheduled_for, j.sent_at,
+       extract(epoch FROM j.sent_at - j.scheduled_for)::float8 AS lag_seconds
+  FROM job_schedules s
+ CROSS JOIN LATERAL (SELECT status, stage, scheduled_for, sent_at FROM jobs
+                      WHERE schedule_id = s.id ORDER BY created_at DESC LIMIT 1) j;
+
+-- web_lag_series --
+-- The dashboard's lag plot: sent_at - scheduled_for of a schedule's last %(limit)s sent fires, oldest first.
+SELECT scheduled_for, extract(epoch FROM sent_at - scheduled_for)::float8 AS lag_seconds
+  FROM (SELECT scheduled_for, sent_at, created_at FROM jobs
+         WHERE schedule_id = %(id)s AND stage = 'scheduled' AND sent_at IS NOT NULL
+         ORDER BY created_at DESC LIMIT %(limit)s) t
+ ORDER BY scheduled_for, created_at;
+
+-- web_faulted_schedules --
+-- The dashboard's problems page: schedules beat could not fire (a row in schedule_faults), quarantined first.
+SELECT s.name, s.job_type, s.is_active, f.failures, f.last_error, f.failed_at, f.retry_at, f.quarantined_at
+  FROM schedule_faults f JOIN job_schedules s ON s.id = f.schedule_id
+ ORDER BY f.quarantined_at DESC NULLS LAST, f.failed_at DESC, s.name;
+
+-- web_failed_jobs --
+-- The dashboard's problems page: the newest %(limit)s ledger rows that failed to publish, were lost or expired.
+SELECT id, schedule_name, job_type, stage, status, scheduled_for, created_at, sent_at, dispatch_attempts,
+       last_error, worker
+  FROM jobs
+ WHERE status IN ('failed', 'lost', 'expired')
+ ORDER BY created_at DESC, id
+ LIMIT %(limit)s;
