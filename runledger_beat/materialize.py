@@ -81,6 +81,8 @@ class PassResult:
 
 def check_row(row: dict[str, Any]) -> None:
     """Refuse values no valid schedule holds (written by raw SQL before the constraints), naming the column."""
+    if row.get("bad_instant"):
+        raise ScheduleError(row["bad_instant"], "not a finite date-time within year 1..9999")
     for column in INSTANT_COLUMNS:
         if is_out_of_range(row.get(column)):
             raise ScheduleError(column, "not a finite date-time within year 1..9999")

@@ -41,12 +41,23 @@ SELECT pg_try_advisory_xact_lock(hashtextextended('runledger_beat.prepare.' || c
 -- The horizon is the statement time plus %(lookahead)s seconds, cut to %(group_window)s seconds after the first
 -- pending instant (%(group_start)s, else the earliest claimable cursor), so one transaction prepares one instant.
 -- Rows already due are always taken. Statement time, not now(): the transaction may have begun earlier.
+-- Instants Python cannot hold (old rows) come back NULL, the first such column named in bad_instant.
 SELECT s.id, s.name, s.job_type, s.organization_id, s.payload_template, s.kind,
-       s.cron_expr, s.cron_day_and, s.interval_seconds, s.run_at, s.anchor_at,
-       s.timezone, s.next_fire_at, s.max_jitter_seconds, s.options,
+       s.cron_expr, s.cron_day_and, s.interval_seconds, s.timezone, s.max_jitter_seconds, s.options,
        s.misfire_policy, s.misfire_grace_seconds, s.overlap_policy,
-       s.start_at, s.end_at, s.last_fired_at, coalesce(q.failures, 0) AS failures,
-       s.skip_dates, s.overlap_terminate,
+       CASE WHEN runledger_instant_ok(s.next_fire_at) THEN s.next_fire_at END AS next_fire_at,
+       CASE WHEN runledger_instant_ok(s.run_at) THEN s.run_at END AS run_at,
+       CASE WHEN runledger_instant_ok(s.anchor_at) THEN s.anchor_at END AS anchor_at,
+       CASE WHEN runledger_instant_ok(s.start_at) THEN s.start_at END AS start_at,
+       CASE WHEN runledger_instant_ok(s.end_at) THEN s.end_at END AS end_at,
+       CASE WHEN runledger_instant_ok(s.last_fired_at) THEN s.last_fired_at END AS last_fired_at,
+       CASE WHEN NOT runledger_instant_ok(s.next_fire_at) THEN 'next_fire_at'
+            WHEN NOT runledger_instant_ok(s.run_at) THEN 'run_at'
+            WHEN NOT runledger_instant_ok(s.anchor_at) THEN 'anchor_at'
+            WHEN NOT runledger_instant_ok(s.start_at) THEN 'start_at'
+            WHEN NOT runledger_instant_ok(s.end_at) THEN 'end_at'
+            WHEN NOT runledger_instant_ok(s.last_fired_at) THEN 'last_fired_at' END AS bad_instant,
+       coalesce(q.failures, 0) AS failures, s.skip_dates, s.overlap_terminate,
        CASE WHEN s.calendar IS NOT NULL THEN (SELECT c.dates FROM calendars c WHERE c.name = s.calendar)
        END AS calendar_dates,
        statement_timestamp() AS db_now

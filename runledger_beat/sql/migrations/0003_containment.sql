@@ -15,6 +15,13 @@ CREATE TABLE schedule_faults (
 );
 CREATE INDEX schedule_faults_retry_idx ON schedule_faults (retry_at) WHERE quarantined_at IS NULL;
 
+-- Whether an instant is one Python can hold (finite, a day inside year 1..9999; limits.MIN/MAX_INSTANT).
+-- The claim returns bad instants as NULL and names them, so one old bad row never breaks a batch's fetch.
+CREATE FUNCTION runledger_instant_ok(t timestamptz) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT t IS NULL OR (isfinite(t) AND t >= '0001-01-02 00:00:00+00' AND t < '9999-12-31 00:00:00+00') $$;
+GRANT EXECUTE ON FUNCTION runledger_instant_ok(timestamptz) TO PUBLIC;
+
 -- When a fire's publish last failed (the outbox backs off per fire from it).
 ALTER TABLE jobs ADD COLUMN last_attempt_at timestamptz;
 
