@@ -194,13 +194,6 @@ def test_existing_bad_rows_do_not_stop_the_migration(pg_dsn, old_schema):
     conn.execute("DELETE FROM job_schedules WHERE id = %s", (bad,))  # an operator can always remove a bad row
 
 
-def _sql_list(text: str, after: str) -> list[str]:
-    """The quoted strings of the first parenthesised list after ``after`` in ``text``."""
-    start = text.index(after)
-    body = text[start:text.index(")", start)]
-    return re.findall(r"'([^']*)'", body)
-
-
 def test_limits_and_migration_agree(db):
     text = dict((n, t) for _, n, t in migration_files())["0002_constraints.sql"]
     status_def = db.execute("SELECT pg_get_constraintdef(oid) AS d FROM pg_constraint"
