@@ -355,6 +355,11 @@ def migrate(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> list[str]
     return applied_now
 
 
+def drop_schema(conn: psycopg.Connection, schema: str) -> None:
+    """Drop a runledger schema and everything in it (the users' pytest plugin cleans up with it)."""
+    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(check_schema_name(schema))))
+
+
 def schema_ready(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> bool:
     """Whether the runledger tables exist in ``schema`` (checked when auto-migrate is off).
 

@@ -15,7 +15,7 @@ import psycopg
 
 from .db import connect, safe_error
 from .settings import Settings
-from .store import NOTIFY_CHANNEL, OUTBOX_PAYLOAD
+from .store import OUTBOX_PAYLOAD, Store
 
 log = logging.getLogger("runledger_beat.listener")
 
@@ -46,7 +46,7 @@ class ChangeListener:
         try:
             conn = connect(self.settings.dsn, self.settings.schema, autocommit=True,
                            application_name="runledger_beat.listen")
-            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            Store(conn).listen()
             self._conn = conn
         except psycopg.OperationalError:
             self._conn = None  # the server is away: try again later

@@ -50,17 +50,15 @@ def runledger_postgres() -> Iterator[str]:
 @pytest.fixture
 def runledger_schema(runledger_postgres: str) -> Iterator[str]:
     """A fresh schema with the migrated, empty runledger tables; dropped after the test."""
-    import psycopg
-    from psycopg import sql
 
-    from .db import connect, migrate
+    from .db import connect, drop_schema, migrate
 
     name = f"runledger_test_{uuid.uuid4().hex[:12]}"
     with connect(runledger_postgres, "public", application_name="runledger_beat.pytest") as conn:
         migrate(conn, name)
     yield name
-    with psycopg.connect(runledger_postgres, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    with connect(runledger_postgres, "public", autocommit=True, application_name="runledger_beat.pytest") as conn:
+        drop_schema(conn, name)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from . import queries
 
-#: NOTIFY channel that wakes every beat when schedules change.
+#: NOTIFY channel that wakes every beat when schedules change (its name is in the listen_schedules statement).
 NOTIFY_CHANNEL = "runledger_schedules"
 #: Payload of a notification asking the beats to sweep the outbox now (store.notify_outbox).
 OUTBOX_PAYLOAD = "outbox"
@@ -199,6 +199,10 @@ class Store:
         """Record a manual trigger as a pending ledger row; returns it."""
         return self._one(queries.api_insert_manual_job,
                          dict(job, payload=Jsonb(job["payload"]), options=Jsonb(job["options"] or {})))
+
+    def listen(self) -> None:
+        """Subscribe this (autocommit) connection to the schedules channel."""
+        self.conn.execute(queries.listen_schedules)
 
     def notify_schedules(self) -> None:
         """Wake the running beats."""

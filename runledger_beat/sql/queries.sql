@@ -439,3 +439,7 @@ SELECT j.schedule_name, count(*) AS fires, count(j.sent_at) AS sent, count(r.tas
        count(DISTINCT j.scheduled_for) AS slots
   FROM jobs j LEFT JOIN demo_runs r ON r.task_id = j.id::text
  GROUP BY 1 ORDER BY 1;
+
+-- listen_schedules --
+-- Wake on changes to schedules (the notify trigger of 0001) and on outbox work (backfill, trigger).
+LISTEN runledger_schedules;
