@@ -507,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["web"].add_argument("--read-only", action="store_true",
                           help="refuse every change even when RUNLEDGER_WEB_TOKEN is set (without the token the "
                                "dashboard is read-only anyway)")
-    p["web"].add_argument("--allow-actions", action="store_true", help=argparse.SUPPRESS)  # replaced by the token
+    p["web"].add_argument("--allow-actions", action="store_true",
+                          help="removed: set RUNLEDGER_WEB_TOKEN to allow changes (given, it exits 2 saying so)")
     p["backfill"].add_argument("name", help="schedule name")
     p["backfill"].add_argument("--from", dest="start", required=True, metavar="ISO",
                                help="first instant of the range (naive: the schedule's zone)")
