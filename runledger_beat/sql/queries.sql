@@ -202,23 +202,19 @@ SELECT id, job_type, payload, options, schedule_id, schedule_name, scheduled_for
 -- resolve_stale_sent --
 -- Sent fires that will never start: past their message's expiry (counted from the instant) they are expired; when a
 -- worker with the ledger hook reported within the hour, a fire sent more than %(lost_after)s s ago without a start is
--- lost. Either way the schedule's overlap policy stops waiting for it.
+-- lost. Either way the schedule's overlap policy stops waiting for it. One pass over the sent rows (jobs_sent_idx).
 UPDATE jobs
-   SET status = CASE WHEN expired THEN 'expired' ELSE 'lost' END, finished_at = statement_timestamp(),
-       last_error = coalesce(last_error, CASE WHEN expired THEN 'runledger: message expired before a worker took it'
-                                              ELSE 'runledger: sent but never started; marked lost' END)
-  FROM (SELECT j.id AS jid,
-               coalesce(j.options->>'expires' ~ '^[0-9]+(\.[0-9]+)?$'
-                        AND coalesce(j.scheduled_for, j.sent_at)
-                            + make_interval(secs => (j.options->>'expires')::float8) < statement_timestamp(),
-                        false) AS expired
-          FROM jobs j
-         WHERE j.status = 'sent') c
- WHERE jobs.id = c.jid AND jobs.status = 'sent'
-   AND (c.expired
-        OR (jobs.sent_at < statement_timestamp() - make_interval(secs => %(lost_after)s)
+   SET status = CASE WHEN runledger_sent_expired(options, scheduled_for, sent_at) THEN 'expired' ELSE 'lost' END,
+       finished_at = statement_timestamp(),
+       last_error = coalesce(last_error,
+                             CASE WHEN runledger_sent_expired(options, scheduled_for, sent_at)
+                                  THEN 'runledger: message expired before a worker took it'
+                                  ELSE 'runledger: sent but never started; marked lost' END)
+ WHERE status = 'sent'
+   AND (runledger_sent_expired(options, scheduled_for, sent_at)
+        OR (sent_at < statement_timestamp() - make_interval(secs => %(lost_after)s)
             AND EXISTS (SELECT 1 FROM workers w WHERE w.seen_at > statement_timestamp() - interval '1 hour')))
-RETURNING jobs.id, jobs.status;
+RETURNING id, status;
 
 -- unresolved_sent_without_hook --
 -- Fires sent more than %(older_than)s s ago that no worker started, when no worker with the ledger hook reported

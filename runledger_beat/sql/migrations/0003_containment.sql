@@ -22,6 +22,18 @@ CREATE FUNCTION runledger_instant_ok(t timestamptz) RETURNS boolean
 AS $$ SELECT t IS NULL OR (isfinite(t) AND t >= '0001-01-02 00:00:00+00' AND t < '9999-12-31 00:00:00+00') $$;
 GRANT EXECUTE ON FUNCTION runledger_instant_ok(timestamptz) TO PUBLIC;
 
+-- Whether a sent fire's message has expired: its `expires` option (seconds) counted from its instant.
+-- One inlinable expression, so the sweep that resolves sent rows reads each live row once.
+CREATE FUNCTION runledger_sent_expired(options jsonb, scheduled_for timestamptz, sent_at timestamptz)
+    RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+SELECT CASE WHEN options ->> 'expires' ~ '^[0-9]+(\.[0-9]+)?$'
+            THEN coalesce(coalesce(scheduled_for, sent_at)
+                          + make_interval(secs => (options ->> 'expires')::float8) < statement_timestamp(), false)
+            ELSE false END
+$$;
+GRANT EXECUTE ON FUNCTION runledger_sent_expired(jsonb, timestamptz, timestamptz) TO PUBLIC;
+
 -- When a fire's publish last failed (the outbox backs off per fire from it).
 ALTER TABLE jobs ADD COLUMN last_attempt_at timestamptz;
 
