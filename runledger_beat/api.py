@@ -177,6 +177,11 @@ def _definition(conn_or_dsn: Any, spec: ScheduleSpec, mode: str, schema: str) ->
     return public(row)
 
 
+def _spec(arguments: Mapping[str, Any]) -> ScheduleSpec:
+    """The ScheduleSpec of an upsert/create call (its keyword arguments are the spec's fields)."""
+    return ScheduleSpec(**{name: arguments[name] for name in ScheduleSpec.field_names()})
+
+
 def upsert(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, every: Any = None,
            at: Any = None, timezone: str = "UTC", args: Any = (), kwargs: Mapping | None = None,
            options: Mapping | None = None, max_jitter: int = 0, misfire: str = "fire_once",
@@ -185,12 +190,7 @@ def upsert(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, e
            source: str = "api", skip_dates: Any = (), calendar: str | None = None,
            overlap_terminate: bool = False, schema: str = DEFAULT_SCHEMA) -> dict:
     """Create the schedule ``name`` or replace its whole definition; returns it."""
-    spec = ScheduleSpec(name, task, cron=cron, every=every, at=at, timezone=timezone, args=args, kwargs=kwargs,
-                        options=options, max_jitter=max_jitter, misfire=misfire, grace=grace, overlap=overlap,
-                        start=start, end=end, organization_id=organization_id, active=active, day_and=day_and,
-                        source=source, skip_dates=skip_dates, calendar=calendar,
-                        overlap_terminate=overlap_terminate)
-    return _definition(conn_or_dsn, spec, "upsert", schema)
+    return _definition(conn_or_dsn, _spec(locals()), "upsert", schema)
 
 
 def create(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, every: Any = None,
@@ -201,12 +201,7 @@ def create(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, e
            source: str = "api", skip_dates: Any = (), calendar: str | None = None,
            overlap_terminate: bool = False, schema: str = DEFAULT_SCHEMA) -> dict:
     """Like upsert, but a schedule of that name already existing is a ScheduleError("name")."""
-    spec = ScheduleSpec(name, task, cron=cron, every=every, at=at, timezone=timezone, args=args, kwargs=kwargs,
-                        options=options, max_jitter=max_jitter, misfire=misfire, grace=grace, overlap=overlap,
-                        start=start, end=end, organization_id=organization_id, active=active, day_and=day_and,
-                        source=source, skip_dates=skip_dates, calendar=calendar,
-                        overlap_terminate=overlap_terminate)
-    return _definition(conn_or_dsn, spec, "create", schema)
+    return _definition(conn_or_dsn, _spec(locals()), "create", schema)
 
 
 def update(conn_or_dsn: Any, name: str, task: str = _UNSET, *, cron: Any = _UNSET,
