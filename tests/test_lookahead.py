@@ -146,11 +146,13 @@ def test_a_second_beat_waits_for_the_instant_instead_of_spinning(db, pg_dsn, sch
 
 def test_a_beat_killed_with_fires_recorded_ahead_loses_none(db, pg_dsn, schema, amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url)
-    instant = _soon(db, 6.0)
-    sid = insert_schedule(db, "survives", cron=ONCE, next_fire_at=instant)
     crasher = start_beat(dict(env, RL_EXTRA='{"runledger_lookahead": 5}'), "crasher")
     survivor = None
     try:
+        # The instant is set once the beat runs (a slow start would otherwise fire it late, unlocked).
+        wait_for(lambda: count(db, "SELECT count(*) AS n FROM beats") == 1, timeout=30, message="the beat's row")
+        instant = _soon(db, 6.0)
+        sid = insert_schedule(db, "survives", cron=ONCE, next_fire_at=instant)
         def locked() -> bool:
             with db.transaction():
                 return db.execute("SELECT id FROM job_schedules FOR UPDATE SKIP LOCKED").fetchall() == []
