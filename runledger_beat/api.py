@@ -458,6 +458,28 @@ def audit(conn_or_dsn: Any, name: str | None = None, since: Any = None, *, limit
     return [dict(r, schedule_id=str(r["schedule_id"]) if r["schedule_id"] else None) for r in rows]
 
 
+def ledger_partitions(conn_or_dsn: Any, *, schema: str = DEFAULT_SCHEMA) -> list[dict]:
+    """The ledger's partitions, oldest first and the default last: {"name", "holds", "rows_estimate", "bytes"}."""
+    with _session(conn_or_dsn, schema, write=False) as store:
+        return [dict(r) for r in store.ledger_partitions()]
+
+
+def maintain_ledger(conn_or_dsn: Any, retention: Any = "30d", *, schema: str = DEFAULT_SCHEMA) -> list[dict]:
+    """Do now what beats do hourly: day partitions a week ahead, those past ``retention`` dropped.
+
+    ``retention`` is seconds, a timedelta or a duration like "30d" (at least one day; None or 0 keeps
+    the whole ledger). Returns what was done: [{"action", "partition_name"}] ("created", "dropped",
+    "deleted N" for old rows of the default partition, "busy" for a day whose lock was held elsewhere).
+    """
+    from .settings import MIN_RETENTION
+    from .spec import check_seconds
+    seconds = check_seconds("retention", retention) or None
+    if seconds is not None and seconds < MIN_RETENTION:
+        raise ScheduleError("retention", f"at least one day (0 keeps the whole ledger), got {retention!r}")
+    with _session(conn_or_dsn, schema) as store:
+        return [dict(r) for r in store.maintain_ledger(seconds)]
+
+
 # ---------------------------------------------------------------------------
 # Shapes
 

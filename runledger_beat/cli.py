@@ -368,6 +368,15 @@ def cmd_calendar(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 
+def cmd_ledger(args: argparse.Namespace, dsn: str) -> int:
+    done = api.maintain_ledger(dsn, args.retention, schema=args.schema) if args.maintain else []
+    parts = api.ledger_partitions(dsn, schema=args.schema)
+    lines = [f"{r['partition_name']}\t{r['action']}" for r in done]
+    lines += [f"{r['name']}\t{r['holds']}\t~{r['rows_estimate']} rows\t{r['bytes'] / 1e6:.1f} MB" for r in parts]
+    _emit(args, {"maintenance": done, "partitions": parts} if args.maintain else parts, "\n".join(lines))
+    return 0
+
+
 def cmd_preview(args: argparse.Namespace, dsn: str) -> int:
     from .preview import run_preview
     return run_preview(args)
@@ -457,6 +466,7 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "calendar": "named sets of skip dates shared by schedules: add, list, remove",
         "audit": "changes to schedules: who, when, what (API, CLI, raw SQL)",
         "preview": "the next fires of a timing (no database needed)",
+        "ledger": "the ledger's day partitions; --maintain creates and drops them now",
         "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
     parsers = {}
     for name in COMMANDS:
@@ -519,6 +529,12 @@ def build_parser() -> argparse.ArgumentParser:
     p["audit"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["audit"].add_argument("--since", metavar="DURATION", help="only changes within this long ago (1h, 7d)")
     add_preview_arguments(p["preview"])
+    p["ledger"].add_argument("--maintain", action="store_true",
+                             help="create day partitions a week ahead and drop those past --retention now "
+                                  "(every beat does it hourly)")
+    p["ledger"].add_argument("--retention", default="30d", metavar="DURATION",
+                             help="with --maintain: ledger kept, at least 1d; 0 keeps it all (default 30d, "
+                                  "as runledger_retention)")
     p["demo"].add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
     return parser
 

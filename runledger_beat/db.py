@@ -323,8 +323,16 @@ def check_version(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> int
     return max(applied) if applied else None
 
 
-def migrate(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> list[str]:
+#: A line splitting a migration into steps, each committed on its own (a long scan without a long lock).
+STEP_MARKER = "\n-- runledger:commit\n"
+
+
+def migrate(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA, until: int | None = None) -> list[str]:
     """Apply the migrations not yet applied, under an advisory lock; return their names.
+
+    Each migration is one transaction, or several where its file is split by STEP_MARKER lines
+    (each step may run again: it is recorded after the last). ``until`` stops after that version
+    (tests and benchmarks build an older schema with it).
 
     Safe to run from many processes at once; applying twice is a no-op. When every
     shipped migration is already applied it only reads (no DDL, no lock), so a role
@@ -332,26 +340,29 @@ def migrate(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> list[str]
     than this code raises ConfigError.
     """
     check_schema_name(schema)
-    shipped = migration_files()
+    shipped = [m for m in migration_files() if until is None or m[0] <= until]
     with conn.transaction():
         applied = _applied_versions(conn, schema)
     _refuse_newer(applied)
     if applied is not None and all(version in applied for version, _, _ in shipped):
         return []
     applied_now: list[str] = []
-    with conn.transaction():
-        conn.execute(queries.migrate_lock, {"schema": schema})
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        set_search_path(conn, schema, local=True)
-        conn.execute(queries.create_migrations_table)
-        done = {_value(row, "version") for row in conn.execute(queries.applied_migrations).fetchall()}
-        _refuse_newer(done)
-        for version, name, text in shipped:
-            if version in done:
-                continue
-            conn.execute(text)
-            conn.execute(queries.record_migration, {"version": version, "name": name})
-            applied_now.append(name)
+    for version, name, text in shipped:
+        steps = text.split(STEP_MARKER)
+        for number, step in enumerate(steps, 1):
+            with conn.transaction():
+                conn.execute(queries.migrate_lock, {"schema": schema})
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+                set_search_path(conn, schema, local=True)
+                conn.execute(queries.create_migrations_table)
+                done = {_value(row, "version") for row in conn.execute(queries.applied_migrations).fetchall()}
+                _refuse_newer(done)
+                if version in done:
+                    break
+                conn.execute(step)
+                if number == len(steps):
+                    conn.execute(queries.record_migration, {"version": version, "name": name})
+                    applied_now.append(name)
     return applied_now
 
 

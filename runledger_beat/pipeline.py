@@ -74,6 +74,9 @@ LOCK_TIMEOUT = 5.0
 IDLE_MARGIN = 5.0
 #: Seconds between prunings of the audit log (entries older than store.AUDIT_RETENTION_SECONDS go).
 PRUNE_EVERY = 3600.0
+#: Seconds before the ledger's partition maintenance runs again: after it ran, and after it found a lock busy.
+LEDGER_EVERY = 3600.0
+LEDGER_RETRY = 60.0
 #: Seconds shutdown waits for the broker's last confirms (the recovery sweep covers the rest).
 SHUTDOWN_CONFIRM_TIMEOUT = 2.0
 #: How long a fire may stay sent with no worker hook seen before beat warns, and how often it warns.
@@ -115,6 +118,7 @@ class FirePipeline:
         self._next_sweep = 0.0
         self._next_hook_warning = 0.0
         self._next_prune = 0.0
+        self._next_ledger = 0.0
         self.faults = FaultPolicy(delay=settings.defer_seconds, quarantine_after=settings.quarantine_after)
         self.db_backoff = Backoff("Postgres")
         self.broker_backoff = Backoff("broker")
@@ -190,6 +194,9 @@ class FirePipeline:
             self._publish_held()
             if self.prepared is not None and time.time() >= self.prepared.commit_at:
                 self._commit_prepared()
+            if self.prepared is None and time.monotonic() >= self._next_ledger:
+                self._settle(wait=True)
+                self._maintain_ledger(self.ledger)  # between instants: no prepared transaction holds locks
             self._record()
             self._settle(wait=True)  # every confirm in before beat sleeps
             if time.monotonic() >= self._next_sweep and not self._commit_imminent():
@@ -483,6 +490,24 @@ class FirePipeline:
         except psycopg.errors.InsufficientPrivilege as exc:
             log.warning("runledger: cannot prune %s.schedule_changes (%s); grant DELETE on it to beat's role",
                         self.settings.schema, safe_error(exc))
+
+    def _maintain_ledger(self, ledger: Store) -> None:
+        """Day partitions ahead, days past runledger_retention dropped: at start, then hourly, a minute on when
+        a lock was busy; only between instants (a prepared transaction's locks would make the DDL wait)."""
+        self._next_ledger = time.monotonic() + LEDGER_EVERY
+        try:
+            done = ledger.maintain_ledger(self.settings.retention)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            log.warning("runledger: cannot maintain the ledger's partitions (%s); grant EXECUTE ON FUNCTION "
+                        "%s.runledger_maintain_ledger to beat's role", safe_error(exc), self.settings.schema)
+            return
+        for row in done:
+            if row["action"] == "busy":
+                self._next_ledger = time.monotonic() + LEDGER_RETRY
+                log.info("runledger: ledger partition %s is busy (a lock held elsewhere); trying again in %.0f s",
+                         row["partition_name"], LEDGER_RETRY)
+            else:
+                log.info("runledger: ledger partition %s %s", row["partition_name"], row["action"])
 
     def _warn_without_hook(self, ledger: Store) -> None:
         """Warn (hourly) when sent fires stay unstarted and no worker runs the ledger hook."""

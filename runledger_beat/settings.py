@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from .db import DEFAULT_SCHEMA, ConfigError, check_schema_name
@@ -19,6 +20,9 @@ from .redaction import hide_dsn_settings
 # Mask runledger_dsn (any *DSN* setting) in `celery inspect conf`, Flower and app.conf.table(censored=True):
 # Celery's own pattern (celery.app.utils.HIDDEN_SETTINGS) covers PASS/SECRET/DATABASE... but not DSN.
 hide_dsn_settings()
+
+#: Shortest ledger retention accepted (seconds): the ledger is dropped a whole UTC day at a time.
+MIN_RETENTION = 86400.0
 
 #: Longest lookahead accepted: a fire's schedule row stays locked that long before its instant.
 MAX_LOOKAHEAD = 60.0
@@ -38,6 +42,7 @@ _DEFAULTS: dict[str, Any] = {
     "runledger_lost_after": 3600.0,
     "runledger_quarantine_after": 5,
     "runledger_max_publish_attempts": 10,
+    "runledger_retention": 30 * 86400.0,  # seconds of ledger kept (whole UTC days); 0 keeps it all
     "runledger_metrics_port": None,  # None: no metrics server
     "runledger_metrics_host": "127.0.0.1",
 }
@@ -64,6 +69,7 @@ class Settings:
     max_publish_attempts: int = 10
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    retention: float | None = 30 * 86400.0  # None: keep the whole ledger
 
 
 def _get(conf: Any, key: str) -> Any:
@@ -92,6 +98,19 @@ def _lookahead(conf: Any) -> float:
         raise ConfigError(f"runledger_lookahead: at most {MAX_LOOKAHEAD:g} seconds "
                           f"(schedule rows stay locked that long), got {value!r}")
     return value
+
+
+def _retention(conf: Any) -> float | None:
+    value = _get(conf, "runledger_retention")
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    seconds = _number({"runledger_retention": value}, "runledger_retention", float, 0)
+    if seconds == 0:
+        return None
+    if seconds < MIN_RETENTION:
+        raise ConfigError(f"runledger_retention: at least {MIN_RETENTION:g} seconds (one day; 0 keeps the whole "
+                          f"ledger), got {value!r}")
+    return seconds
 
 
 def _sent_events(conf: Any) -> bool:
@@ -146,4 +165,5 @@ def load(conf: Any) -> Settings:
         max_publish_attempts=_number(conf, "runledger_max_publish_attempts", int, 1),
         metrics_port=_metrics_port(conf),
         metrics_host=_metrics_host(conf),
+        retention=_retention(conf),
     )

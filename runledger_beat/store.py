@@ -28,6 +28,10 @@ OUTBOX_PAYLOAD = "outbox"
 AUDIT_RETENTION_SECONDS = 30 * 86400.0
 
 
+#: Days of ledger partitions kept created ahead of today (UTC).
+LEDGER_DAYS_AHEAD = 7
+
+
 class Store:
     """Named statements over one connection; see the module docstring."""
 
@@ -291,6 +295,15 @@ class Store:
         return self._all(queries.job_stats, {"name": name, "since": since_seconds})
 
     # -- operations (beats, metrics, health) ------------------------------------------
+
+    def maintain_ledger(self, retention_seconds: float | None, days_ahead: int = LEDGER_DAYS_AHEAD) -> list[dict]:
+        """Create day partitions ahead, drop those past the retention (None: keep all); returns what it did
+        as {action, partition_name} rows (none when another caller holds the ledger's maintenance lock)."""
+        return self._all(queries.maintain_ledger, {"retention": retention_seconds, "days_ahead": days_ahead})
+
+    def ledger_partitions(self) -> list[dict]:
+        """The ledger's partitions (name, holds, rows_estimate, bytes), oldest first, the default last."""
+        return self._all(queries.ledger_partitions)
 
     def beat_tick(self, beat_id: uuid.UUID, host: str, pid: int, version: str, preparing: bool,
                   stale_after: float) -> None:

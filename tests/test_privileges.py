@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import uuid
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
@@ -33,7 +34,8 @@ GRANTS = {
              "GRANT SELECT ON {schema}.workers TO {role}",
              "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.beats TO {role}",
              "GRANT SELECT ON {schema}.calendars TO {role}",
-             "GRANT SELECT, DELETE ON {schema}.schedule_changes TO {role}"],
+             "GRANT SELECT, DELETE ON {schema}.schedule_changes TO {role}",
+             "GRANT EXECUTE ON FUNCTION {schema}.runledger_maintain_ledger TO {role}"],
     "worker": ["GRANT USAGE ON SCHEMA {schema} TO {role}",
                "GRANT SELECT, UPDATE ON {schema}.jobs TO {role}",
                "GRANT SELECT, INSERT, UPDATE ON {schema}.workers TO {role}"],
@@ -109,6 +111,8 @@ def test_limited_roles_run_beat_worker_and_cli(pg_dsn, schema, db, roles, amqp_u
     listed = _cli(cli_dsn, schema, "list", "--json")
     assert listed.returncode == 0 and [r["name"] for r in json.loads(listed.stdout)] == ["priv"]
     queue = f"rlq_{uuid.uuid4().hex[:10]}"
+    week_on = (datetime.now(timezone.utc) + timedelta(days=7)).strftime("jobs_p%Y%m%d")
+    db.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(week_on)))  # the limited beat makes it again
     beat = start_beat(celery_env(_role_dsn(pg_dsn, roles["beat"]), schema, amqp_url, queue), "priv-beat")
     worker = start_worker(celery_env(_role_dsn(pg_dsn, roles["worker"]), schema, amqp_url, queue, hook=True),
                           "priv-worker", concurrency=1)
@@ -117,6 +121,7 @@ def test_limited_roles_run_beat_worker_and_cli(pg_dsn, schema, db, roles, amqp_u
                  timeout=45, interval=0.3, message=f"fires to succeed\nBEAT:\n{beat.log()}\nWORKER:\n{worker.log()}")
         assert beat.alive() and worker.alive()
         assert "permission denied" not in beat.log() + worker.log()
+        assert db.execute("SELECT to_regclass(%s) IS NOT NULL AS made", (week_on,)).fetchone()["made"], beat.log()
     finally:
         beat.stop()
         worker.stop()

@@ -130,3 +130,17 @@ SELECT id, schedule_name, job_type, stage, status, scheduled_for, created_at, se
  WHERE status IN ('failed', 'lost', 'expired')
  ORDER BY created_at DESC, id
  LIMIT %(limit)s;
+
+-- maintain_ledger --
+-- Day partitions of the ledger created ahead, those past %(retention)s s dropped (NULL: none), the default
+-- partition's old rows deleted in batches; see runledger_maintain_ledger() in migration 0006.
+SELECT action, partition_name
+  FROM runledger_maintain_ledger(make_interval(secs => %(retention)s::float8), %(days_ahead)s);
+
+-- ledger_partitions --
+-- The ledger's partitions: name, the range it holds, estimated rows and bytes on disk, oldest first.
+SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS holds,
+       greatest(c.reltuples, 0)::bigint AS rows_estimate, pg_total_relation_size(c.oid) AS bytes
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'jobs'::regclass
+ ORDER BY pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT', c.relname;
