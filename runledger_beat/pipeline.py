@@ -72,7 +72,7 @@ STATEMENT_TIMEOUT = 30.0
 LOCK_TIMEOUT = 5.0
 #: Idle seconds beyond the lookahead after which the server ends a frozen beat's open transaction (and its locks).
 IDLE_MARGIN = 5.0
-#: Seconds between prunings of the audit log (entries older than store.AUDIT_RETENTION_SECONDS go).
+#: Seconds between prunings of the audit log (entries older than runledger_retention go).
 PRUNE_EVERY = 3600.0
 #: Seconds before the ledger's partition maintenance runs again: after it ran, and after it found a lock busy.
 LEDGER_EVERY = 3600.0
@@ -483,10 +483,13 @@ class FirePipeline:
                 self._publish([Outgoing(f) for f in fires])
 
     def _prune_audit(self, ledger: Store) -> None:
-        """Drop audit entries past the retention, hourly; a role without the right to only logs it."""
+        """Drop audit entries past runledger_retention (the ledger's), hourly; a role without the right to only
+        logs it."""
         self._next_prune = time.monotonic() + PRUNE_EVERY
+        if self.settings.retention is None:
+            return
         try:
-            ledger.prune_audit()
+            ledger.prune_audit(self.settings.retention)
         except psycopg.errors.InsufficientPrivilege as exc:
             log.warning("runledger: cannot prune %s.schedule_changes (%s); grant DELETE on it to beat's role",
                         self.settings.schema, safe_error(exc))

@@ -10,7 +10,9 @@
 -- A populated ledger migrates without a long lock, in three steps: each runs in its own transaction,
 -- the migration is recorded after the last, and each may run again (a beat killed half-way).
 --   1. rows without scheduled_for take their created_at (a range partition holds no NULL key) and a
---      NOT VALID check bounds the ledger below a cutover two UTC midnights on: a brief lock. From here
+--      NOT VALID check bounds the ledger below a cutover two UTC midnights on: a brief lock. Rows that
+--      cannot follow (no scheduled_for and a status the NOT VALID status check refuses to rewrite, or
+--      written by hand for days past the cutover) are moved whole to jobs_unpartitioned. From here
 --      until step 3 an insert without scheduled_for, or at or past the cutover, is refused;
 --   2. the check is validated: one scan, with reads and writes going on (SHARE UPDATE EXCLUSIVE);
 --   3. the partitioned table takes the name jobs, the old one is attached below the cutover (the valid
@@ -27,11 +29,26 @@ DO $$
 DECLARE
     cutover timestamptz := (date_trunc('day', now() AT TIME ZONE 'UTC') + interval '2 days') AT TIME ZONE 'UTC';
     noted text;
+    stray record;
 BEGIN
     IF (SELECT relkind FROM pg_class WHERE oid = 'jobs'::regclass) <> 'r' OR NOT EXISTS (SELECT 1 FROM jobs) THEN
         RETURN;
     END IF;
-    UPDATE jobs SET scheduled_for = created_at WHERE scheduled_for IS NULL;
+    FOR stray IN SELECT ctid AS row_id FROM jobs WHERE scheduled_for IS NULL LOOP
+        BEGIN
+            UPDATE jobs SET scheduled_for = created_at WHERE ctid = stray.row_id;
+        EXCEPTION WHEN check_violation THEN
+            -- A row an older NOT VALID check lets stand but refuses any new version of: kept aside whole.
+            CREATE TABLE IF NOT EXISTS jobs_unpartitioned (LIKE jobs);
+            WITH moved AS (DELETE FROM jobs WHERE ctid = stray.row_id RETURNING *)
+            INSERT INTO jobs_unpartitioned SELECT * FROM moved;
+        END;
+    END LOOP;
+    IF EXISTS (SELECT 1 FROM jobs WHERE scheduled_for >= cutover) THEN  -- raw SQL written for days ahead
+        CREATE TABLE IF NOT EXISTS jobs_unpartitioned (LIKE jobs);
+        WITH moved AS (DELETE FROM jobs WHERE scheduled_for >= cutover RETURNING *)
+        INSERT INTO jobs_unpartitioned SELECT * FROM moved;
+    END IF;
     SELECT obj_description(oid, 'pg_constraint') INTO noted
       FROM pg_constraint WHERE conrelid = 'jobs'::regclass AND conname = 'jobs_before_partitions';
     IF noted IS NOT NULL AND noted::timestamptz < now() + interval '12 hours' THEN
