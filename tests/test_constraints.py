@@ -199,8 +199,8 @@ def test_existing_bad_rows_do_not_stop_the_migration(pg_dsn, old_schema):
 
 def test_limits_and_migration_agree(db):
     text = dict((n, t) for _, n, t in migration_files())["0002_constraints.sql"]
-    status_def = db.execute("SELECT pg_get_constraintdef(oid) AS d FROM pg_constraint"
-                            " WHERE conname = 'jobs_status_valid' AND conrelid = 'jobs_default'::regclass").fetchone()["d"]
+    status_def = db.execute("SELECT pg_get_constraintdef(oid) AS d FROM pg_constraint WHERE conname ="
+                            " 'jobs_status_valid' AND conrelid = 'jobs_default'::regclass").fetchone()["d"]
     assert set(re.findall(r"'([a-z_]+)'::text", status_def)) == set(limits.JOB_STATUSES)
     options_body = text[text.index("CREATE FUNCTION runledger_options_valid"):
                         text.index("CREATE FUNCTION runledger_template_valid")]
