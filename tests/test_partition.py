@@ -35,12 +35,12 @@ def _locked(db) -> bool:
         return db.execute("SELECT id FROM job_schedules FOR UPDATE SKIP LOCKED").fetchall() == []
 
 
-def _schedule_once_running(db):
-    """Wait for the first beat's row, then schedule SCHEDULES fires 8 s on (a slow start cannot eat the window)."""
-    wait_for(lambda: count(db, "SELECT count(*) AS n FROM beats") >= 1, timeout=30, message="the first beat's row")
-    instant = db.execute("SELECT date_trunc('second', now()) + interval '8 seconds' AS t").fetchone()["t"]
+def _setup(db, pg_dsn, schema, amqp_url):
+    env, queue = prepare(db, pg_dsn, schema, amqp_url)
+    # 15 s on: a beat slow to start on a loaded machine still prepares the instant LOOKAHEAD s ahead.
+    instant = db.execute("SELECT date_trunc('second', now()) + interval '15 seconds' AS t").fetchone()["t"]
     ids = [insert_schedule(db, f"held{i:02d}", cron=ONCE, next_fire_at=instant) for i in range(SCHEDULES)]
-    return instant, ids
+    return env, queue, instant, ids
 
 
 def _assert_fired_once(db, instant, ids) -> None:
@@ -52,11 +52,10 @@ def _assert_fired_once(db, instant, ids) -> None:
 
 
 def test_a_frozen_beat_holding_an_instant_is_replaced_within_15_seconds(db, pg_dsn, schema, amqp_url):
-    env, queue = prepare(db, pg_dsn, schema, amqp_url)
+    env, queue, instant, ids = _setup(db, pg_dsn, schema, amqp_url)
     frozen = start_beat(dict(env, RL_EXTRA=f'{{"runledger_lookahead": {LOOKAHEAD}}}'), "frozen")
     other = None
     try:
-        instant, ids = _schedule_once_running(db)
         wait_for(lambda: _locked(db), timeout=30, message="the first beat to prepare the instant")
         os.killpg(frozen.popen.pid, signal.SIGSTOP)
         other = start_beat(env, "other")
@@ -77,14 +76,13 @@ def test_a_frozen_beat_holding_an_instant_is_replaced_within_15_seconds(db, pg_d
 
 
 def test_a_beat_cut_off_from_postgres_is_replaced_within_15_seconds(db, pg_dsn, schema, amqp_url):
-    env, queue = prepare(db, pg_dsn, schema, amqp_url)
+    env, queue, instant, ids = _setup(db, pg_dsn, schema, amqp_url)
     parts = urlsplit(pg_dsn)
     proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
     behind = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
     cut_off = start_beat(dict(env, RUNLEDGER_DSN=behind, RL_EXTRA=f'{{"runledger_lookahead": {LOOKAHEAD}}}'), "cut")
     other = None
     try:
-        instant, ids = _schedule_once_running(db)
         wait_for(lambda: _locked(db), timeout=30, message="the beat behind the proxy to prepare the instant")
         proxy.cut()
         other = start_beat(env, "other")
@@ -105,11 +103,10 @@ def test_a_beat_cut_off_from_postgres_is_replaced_within_15_seconds(db, pg_dsn, 
 
 
 def test_sigterm_rolls_back_a_prepared_instant_at_once(db, pg_dsn, schema, amqp_url):
-    env, queue = prepare(db, pg_dsn, schema, amqp_url)
+    env, queue, instant, ids = _setup(db, pg_dsn, schema, amqp_url)
     beat = start_beat(dict(env, RL_EXTRA='{"runledger_lookahead": 30}'), "terminated")
     other = None
     try:
-        instant, ids = _schedule_once_running(db)
         wait_for(lambda: _locked(db), timeout=30, message="the beat to prepare the instant")
         beat.popen.send_signal(signal.SIGTERM)  # celery beat's own process: a clean shutdown
         started = time.monotonic()
