@@ -67,7 +67,8 @@ def test_metrics_match_the_ledger_while_fires_flow(db, pg_dsn, schema, amqp_url)
                 " count(*) FILTER (WHERE sent_at - scheduled_for <= interval '0.25 seconds') AS within_250ms"
                 " FROM jobs").fetchone()
             again = scrape(port)  # the same before and after the ledger read: no fire landed in between
-            ok = sample and again and fires(sample, "sent") == fires(again, "sent") and ledger["pending"] == 0 and fires(sample, "sent") == ledger["sent"]
+            ok = (sample and again and fires(sample, "sent") == fires(again, "sent") == ledger["sent"]
+                  and ledger["pending"] == 0)
             return (sample, ledger) if ok else None
 
         sample, ledger = wait_for(settled, timeout=20, interval=0.2, message="metrics to catch up with the ledger")
