@@ -57,7 +57,7 @@ from .spec import (
     check_skip_dates,
     check_text,
 )
-from .store import Store
+from .store import DEFAULT_RETENTION_SECONDS, Store
 from .timeengine import ScheduleError, Timing, first_fire, next_fire_after
 
 __all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "add_calendar", "audit",
@@ -464,7 +464,8 @@ def ledger_partitions(conn_or_dsn: Any, *, schema: str = DEFAULT_SCHEMA) -> list
         return [dict(r) for r in store.ledger_partitions()]
 
 
-def maintain_ledger(conn_or_dsn: Any, retention: Any = "30d", *, schema: str = DEFAULT_SCHEMA) -> list[dict]:
+def maintain_ledger(conn_or_dsn: Any, retention: Any = DEFAULT_RETENTION_SECONDS, *,
+                    schema: str = DEFAULT_SCHEMA) -> list[dict]:
     """Do now what beats do hourly: day partitions a week ahead, those past ``retention`` dropped.
 
     ``retention`` is seconds, a timedelta or a duration like "30d" (at least one day; None or 0 keeps

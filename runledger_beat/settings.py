@@ -16,6 +16,7 @@ from typing import Any
 
 from .db import DEFAULT_SCHEMA, ConfigError, check_schema_name
 from .redaction import hide_dsn_settings
+from .store import DEFAULT_RETENTION_SECONDS
 
 # Mask runledger_dsn (any *DSN* setting) in `celery inspect conf`, Flower and app.conf.table(censored=True):
 # Celery's own pattern (celery.app.utils.HIDDEN_SETTINGS) covers PASS/SECRET/DATABASE... but not DSN.
@@ -42,7 +43,7 @@ _DEFAULTS: dict[str, Any] = {
     "runledger_lost_after": 3600.0,
     "runledger_quarantine_after": 5,
     "runledger_max_publish_attempts": 10,
-    "runledger_retention": 30 * 86400.0,  # seconds of ledger kept (whole UTC days); 0 keeps it all
+    "runledger_retention": DEFAULT_RETENTION_SECONDS,  # seconds of ledger kept (whole UTC days); 0 keeps it all
     "runledger_metrics_port": None,  # None: no metrics server
     "runledger_metrics_host": "127.0.0.1",
 }
@@ -69,7 +70,7 @@ class Settings:
     max_publish_attempts: int = 10
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
-    retention: float | None = 30 * 86400.0  # None: keep the whole ledger
+    retention: float | None = DEFAULT_RETENTION_SECONDS  # None: keep the whole ledger
 
 
 def _get(conf: Any, key: str) -> Any:

@@ -24,8 +24,8 @@ from . import queries
 NOTIFY_CHANNEL = "runledger_schedules"
 #: Payload of a notification asking the beats to sweep the outbox now (store.notify_outbox).
 OUTBOX_PAYLOAD = "outbox"
-#: How long the schedule audit log keeps an entry unless told otherwise (30 days).
-AUDIT_RETENTION_SECONDS = 30 * 86400.0
+#: How long the ledger and the schedule audit log are kept unless told otherwise (30 days; runledger_retention).
+DEFAULT_RETENTION_SECONDS = 30 * 86400.0
 
 
 #: Days of ledger partitions kept created ahead of today (UTC).
@@ -238,7 +238,7 @@ class Store:
         """Audit log entries (oldest first), optionally of one schedule and within a recent window."""
         return self._all(queries.feature_audit, {"name": name, "since": since_seconds, "limit": limit})
 
-    def prune_audit(self, older_than_seconds: float = AUDIT_RETENTION_SECONDS) -> int:
+    def prune_audit(self, older_than_seconds: float = DEFAULT_RETENTION_SECONDS) -> int:
         """Delete audit entries older than the retention (default 30 days); returns how many."""
         return self.conn.execute(queries.feature_prune_audit, {"older_than": float(older_than_seconds)}).rowcount
 
