@@ -23,8 +23,10 @@ if __package__ in (None, ""):
 
 from bench.common import (  # noqa: E402
     DSN,
+    REDIS,
     CountProbe,
     DepthProbe,
+    RedisDepthProbe,
     Watch,
     celery_env,
     connect,
@@ -41,21 +43,31 @@ from bench.common import (  # noqa: E402
     token,
 )
 
-LEAD = 10.0  # seconds between creating the schedules and their instant: beats start meanwhile
+LEAD = 15.0  # seconds between creating the schedules and their instant: beats start and prepare meanwhile
 
 
 def burst(n: int, beats: int, extra: dict | None = None, label: str = "runledger",
-          env_extra: dict | None = None) -> dict:
-    """One burst of ``n`` fires with ``beats`` beats; returns the measurement."""
+          env_extra: dict | None = None, boundaries: int = 1, period: int = 30, broker: str = "amqp") -> dict:
+    """One burst of ``n`` fires with ``beats`` beats; returns the measurement.
+
+    With ``boundaries`` > 1 the schedules fire every ``period`` seconds (a 6-field
+    cron) and each boundary is timed: the first after beat starts, then the steady
+    state (``steady_s``: seconds after each later instant until its n fires are in).
+    ``broker`` "redis" runs the beats on Redis and counts the queue's list instead.
+    """
     schema, queue = fresh_schema(), f"benchq_{token()}"
-    declare_queue(queue)
+    if broker == "redis":
+        env_extra = dict(env_extra or {}, BENCH_AMQP=REDIS)
+    else:
+        declare_queue(queue)
     logs = [Path(tempfile.mkstemp(prefix=f"bench-beat{i}-", suffix=".log")[1]) for i in range(beats)]
     procs = []
     try:
         with connect(DSN, schema, autocommit=True) as db:
-            due = db.execute("SELECT date_trunc('second', now()) + make_interval(secs => %s) AS t",
-                             (LEAD,)).fetchone()["t"]
-            insert_schedules(db, n, due)
+            step = period if boundaries > 1 else 1
+            due = db.execute("SELECT to_timestamp(ceil((extract(epoch FROM now()) + %s) / %s) * %s) AS t",
+                             (LEAD, step, step)).fetchone()["t"]
+            insert_schedules(db, n, due, cron=f"*/{period} * * * * *" if boundaries > 1 else "0 0 1 1 *")
             offset = db_offset(db)
         env = celery_env(BENCH_SCHEMA=schema, BENCH_QUEUE=queue, BENCH_EXTRA=json.dumps(extra or {}),
                          **(env_extra or {}))
@@ -64,7 +76,8 @@ def burst(n: int, beats: int, extra: dict | None = None, label: str = "runledger
         procs = [start(argv, env, log) for log in logs]
         due_local = due.timestamp() - offset
         deadline = due_local + 120
-        depth, rows = DepthProbe(queue), CountProbe(schema, "SELECT count(*) AS n FROM jobs")
+        depth = RedisDepthProbe(queue) if broker == "redis" else DepthProbe(queue)
+        rows = CountProbe(schema, "SELECT count(*) AS n FROM jobs")
         queued, recorded = Watch(depth, n, due_local, deadline), Watch(rows, n, due_local, deadline)
         queued.start(), recorded.start()
         queued.join(), recorded.join()
@@ -72,18 +85,30 @@ def burst(n: int, beats: int, extra: dict | None = None, label: str = "runledger
             raise RuntimeError(f"burst {n}x{beats}: {queued.last} queued, {recorded.last} recorded after 120 s; "
                                f"beat log: {logs[0].read_text(errors='replace')[-2000:]}")
         late = max(queued.reached, recorded.reached) - due_local
+        steady = []
+        for k in range(2, boundaries + 1):
+            instant = due_local + (k - 1) * period
+            queued = Watch(depth, k * n, instant, instant + 120)
+            recorded = Watch(rows, k * n, instant, instant + 120)
+            queued.start(), recorded.start()
+            queued.join(), recorded.join()
+            if queued.reached is None or recorded.reached is None:
+                raise RuntimeError(f"burst {n}x{beats}, boundary {k}: {queued.last} queued, {recorded.last} recorded")
+            steady.append(round(max(queued.reached, recorded.reached) - instant, 3))
+        n_total = n * boundaries
         time.sleep(2)
         stats = rows.conn.execute("SELECT count(*) AS n, count(DISTINCT (schedule_id, scheduled_for)) AS slots"
                                   " FROM jobs").fetchone()
         settled = depth()
         depth.close(), rows.close()
         return emit({
-            "bench": "burst", "scheduler": label, "n": n, "beats": beats,
+            "bench": "burst", "scheduler": label, "n": n, "beats": beats, "broker": broker,
             "seconds_after_due": round(late, 3), "fires_per_s": round(n / late),
             "recorded_after_due": round(recorded.reached - due_local, 3),
             "queued_after_due": round(queued.reached - due_local, 3),
+            **({"steady_s": steady, "period_s": period} if steady else {}),
             "ledger_rows": stats["n"], "duplicate_rows": stats["n"] - stats["slots"],
-            "queue_depth_after_2s": settled, "duplicate_messages": settled - n,
+            "queue_depth_after_2s": settled, "duplicate_messages": settled - n_total,
             "peak_rss_mb": round(max(status_kb(p.pid, "VmHWM") for p in procs) / 1024, 1),
         })
     finally:
@@ -93,7 +118,10 @@ def burst(n: int, beats: int, extra: dict | None = None, label: str = "runledger
                 print(f"log kept: {log}", file=sys.stderr)
             else:
                 log.unlink(missing_ok=True)
-        delete_queue(queue)
+        if broker == "redis":
+            RedisDepthProbe(queue).drop()
+        else:
+            delete_queue(queue)
         drop_schema(schema)
 
 
@@ -103,9 +131,14 @@ def main() -> list[dict]:
     parser.add_argument("--beats", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--extra", default="{}", help="JSON merged into the beats' app.conf")
     parser.add_argument("--receiver", action="store_true", help="connect a before_task_publish receiver (tracing)")
+    parser.add_argument("--boundaries", type=int, default=1, help="instants timed (every --period s); 1: one burst")
+    parser.add_argument("--period", type=int, default=30)
+    parser.add_argument("--broker", choices=["amqp", "redis"], default="amqp")
     args = parser.parse_args()
     env = {"BENCH_RECEIVER": "1"} if args.receiver else None
-    results = [burst(n, b, json.loads(args.extra), env_extra=env) for n in args.n for b in args.beats]
+    results = [burst(n, b, json.loads(args.extra), env_extra=env, boundaries=args.boundaries, period=args.period,
+                     broker=args.broker)
+               for n in args.n for b in args.beats]
     print("\n| N | beats | s after due | fires/s | peak RSS MB | duplicates |\n|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['n']:,} | {r['beats']} | {r['seconds_after_due']} | {r['fires_per_s']:,} | {r['peak_rss_mb']} "

@@ -88,20 +88,17 @@ def send_task(n: int) -> float:
         redis.Redis.from_url(REDIS).delete(queue)
 
 
-def main() -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=10000)
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
+def measure(n: int, runs: int) -> dict:
+    """``runs`` interleaved rounds of the fast path, pipelined LPUSH and send_task; medians and ranges."""
     ours, raw, celery = [], [], []
-    for _ in range(args.runs):
-        seconds, size = fast_path(args.n)
-        ours.append(args.n / seconds)
-        raw.append(args.n / raw_lpush(args.n, size))
-        celery.append(args.n / send_task(args.n))
+    for _ in range(runs):
+        seconds, size = fast_path(n)
+        ours.append(n / seconds)
+        raw.append(n / raw_lpush(n, size))
+        celery.append(n / send_task(n))
     ratios = [o / r for o, r in zip(ours, raw, strict=True)]
     to_send_task = [o / c for o, c in zip(ours, celery, strict=True)]
-    return emit({"bench": "redis", "n": args.n, "message_bytes": size,
+    return emit({"bench": "redis", "n": n, "runs": runs, "message_bytes": size,
                  "fast_path_per_s": round(statistics.median(ours)),
                  "fast_path_range": [round(min(ours)), round(max(ours))],
                  "pipelined_lpush_per_s": round(statistics.median(raw)),
@@ -109,6 +106,14 @@ def main() -> dict:
                  "ratio_to_lpush_median": round(statistics.median(ratios), 3),
                  "ratio_to_lpush_range": [round(min(ratios), 3), round(max(ratios), 3)],
                  "ratio_to_send_task_median": round(statistics.median(to_send_task), 2)})
+
+
+def main() -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    return measure(args.n, args.runs)
 
 
 if __name__ == "__main__":

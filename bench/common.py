@@ -132,6 +132,25 @@ class DepthProbe:
         self.conn.release()
 
 
+class RedisDepthProbe:
+    """The length of a queue's list on Redis (where Celery's Redis transport pushes a queue's messages)."""
+
+    def __init__(self, queue: str) -> None:
+        import redis
+        self.queue = queue
+        self.client = redis.Redis.from_url(REDIS)
+
+    def __call__(self) -> int:
+        return self.client.llen(self.queue)
+
+    def drop(self) -> None:
+        self.client.delete(self.queue)
+        self.close()
+
+    def close(self) -> None:
+        self.client.close()
+
+
 class CountProbe:
     """A SQL count on its own autocommit connection."""
 

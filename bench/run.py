@@ -20,7 +20,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_anchors, bench_burst, bench_lag, bench_limits, bench_scale  # noqa: E402
+from bench import bench_anchors, bench_burst, bench_lag, bench_limits, bench_redis, bench_scale  # noqa: E402
 from bench.common import ROOT, machine  # noqa: E402
 
 PLOT = ROOT / "bench" / "burst.png"
@@ -34,7 +34,40 @@ def _median_runs(runs: list[dict]) -> dict:
     middle["min_s"], middle["max_s"] = ordered[0]["seconds_after_due"], ordered[-1]["seconds_after_due"]
     middle["duplicates_any_run"] = sum(r.get("duplicate_rows", 0) + max(r.get("duplicate_messages", 0), 0)
                                        for r in runs)
+    for key, values in (("ratio", [r["ratio"] for r in runs if "ratio" in r]),
+                        ("steady_ratio", [x for r in runs for x in r.get("steady_ratios", [])])):
+        if values:
+            middle[f"{key}_median"] = round(statistics.median(values), 3)
+            middle[f"{key}_min"], middle[f"{key}_max"] = min(values), max(values)
+            middle[f"{key}_count"] = len(values)
+    middle["peak_rss_mb_max"] = max(r.get("peak_rss_mb", 0) for r in runs)
     return middle
+
+
+def _ratio(burst: dict, per_s: float, key: str = "fires_per_s") -> dict:
+    return dict(burst, baseline_per_s=per_s, ratio=round(burst[key] / per_s, 3))
+
+
+def _amqp_burst(n: int, beats: int, **kwargs) -> dict:
+    """A RabbitMQ burst with the broker ceiling measured just before it (the ratio's baseline)."""
+    ceiling = bench_limits.broker_ceiling(10_000)["per_s"]
+    run = _ratio(bench_burst.burst(n, beats, **kwargs), ceiling)
+    if run.get("steady_s"):
+        run["steady_ratios"] = [round(n / s / ceiling, 3) for s in run["steady_s"]]
+    return run
+
+
+def _redis_burst(n: int, size: int) -> dict:
+    """A Redis burst with pipelined LPUSH of equal-size messages measured just before it."""
+    lpush = 10_000 / bench_redis.raw_lpush(10_000, size)
+    return _ratio(bench_burst.burst(n, 1, broker="redis"), lpush)
+
+
+def _celery_path_burst() -> dict:
+    """The 10k burst with a before_task_publish receiver connected, with Celery's send_task just before it."""
+    send_task = bench_limits.send_task(10_000)["per_s"]
+    run = _ratio(bench_burst.burst(10_000, 1, env_extra={"BENCH_RECEIVER": "1"}), send_task)
+    return dict(run, variant="Celery path (a before_task_publish receiver connected)")
 
 
 def collect(args: argparse.Namespace) -> dict:
@@ -44,22 +77,35 @@ def collect(args: argparse.Namespace) -> dict:
                      bench_limits.broker_ceiling(args.limits_n)]
     for n in args.n:
         for beats in (1, 3):
-            repeat = args.repeat if n <= 10_000 else 1
-            runs = [bench_burst.burst(n, beats) for _ in range(repeat)]
+            repeat = args.repeat if n <= 10_000 else args.repeat_big if beats == 1 else 1
+            # The 10k one-beat runs time three boundaries: the first after beat starts, then two more (steady state).
+            extra = {"boundaries": 3, "period": 20} if (n, beats) == (10_000, 1) else {}
+            runs = [_amqp_burst(n, beats, **extra) for _ in range(repeat)]
             out["burst_runs"].extend(runs)
             out["burst"].append(_median_runs(runs))
-    # The same 10k burst down the other roads: a tracing receiver connected (Celery's own publish path,
-    # message by message), and no lookahead (recorded and built at the instant).
-    for label, extra, env in (("Celery path (a before_task_publish receiver connected)", {}, {"BENCH_RECEIVER": "1"}),
-                              ("no lookahead (runledger_lookahead = 0)", {"runledger_lookahead": 0}, {})):
-        runs = [bench_burst.burst(10_000, 1, extra, env_extra=env) for _ in range(max(1, args.repeat // 2))]
+    runs = [_celery_path_burst() for _ in range(args.repeat)]
+    out["burst_runs"].extend(runs)
+    out["variants"].append(_median_runs(runs))
+    runs = [bench_burst.burst(10_000, 1, {"runledger_lookahead": 0}) for _ in range(max(1, args.repeat // 2))]
+    out["burst_runs"].extend(runs)
+    out["variants"].append(dict(_median_runs(runs), variant="no lookahead (runledger_lookahead = 0)"))
+    _, size = bench_redis.fast_path(1000)
+    out["redis"] = []
+    for n in args.n:
+        runs = [_redis_burst(n, size) for _ in range(args.repeat if n <= 10_000 else args.repeat_big)]
         out["burst_runs"].extend(runs)
-        out["variants"].append(dict(_median_runs(runs), variant=label))
+        out["redis"].append(_median_runs(runs))
+    out["redis_push"] = bench_redis.measure(10_000, args.repeat)
     out["lag"] = bench_lag.lag(1000, args.lag_seconds)
     out["scale"] = [bench_scale.scale(n, args.scale_window) for n in (100, 100_000)]
-    for n in args.anchor_n:
-        for kind in ("redbeat", "django", "persistent"):
-            out["anchors"].append(bench_anchors.anchor(kind, n))
+    if args.anchors:
+        for n in args.anchor_n:
+            for kind in ("redbeat", "django", "persistent"):
+                out["anchors"].append(bench_anchors.anchor(kind, n))
+    elif args.anchors_from and args.anchors_from.exists():
+        earlier = json.loads(args.anchors_from.read_text())
+        out["anchors"] = earlier.get("anchors", [])
+        out["anchors_measured"] = earlier.get("anchors_measured") or earlier["machine"]["date"]
     # The limits again at the end: the machine's state drifts over a long run; the ratio uses the mean.
     out["limits_end"] = [bench_limits.raw_kombu(args.limits_n), bench_limits.send_task(args.limits_n),
                          bench_limits.broker_ceiling(args.limits_n)]
@@ -73,6 +119,42 @@ def _burst(out: dict, n: int, beats: int) -> dict | None:
 def _limit(out: dict, what: str) -> float:
     values = [r["per_s"] for r in out["limits"] + out.get("limits_end", []) if r["what"] == what]
     return statistics.mean(values)
+
+
+def _spread(r: dict, key: str = "ratio") -> str:
+    return f"{r[key + '_median']} ({r[key + '_min']}–{r[key + '_max']}, {r[key + '_count']} runs)"
+
+
+def wave2_targets(out: dict) -> list[tuple[str, str, bool]]:
+    """(target, measured, met) for issue 11's throughput targets: ratios to baselines measured beside each run."""
+    rows = []
+    ten, hundred = _burst(out, 10_000, 1), _burst(out, 100_000, 1)
+    if ten and "ratio_median" in ten:
+        rows.append(("RabbitMQ 10k burst, first boundary after beat starts ÷ broker ceiling ≥ 0.9",
+                     _spread(ten), ten["ratio_median"] >= 0.9))
+    if ten and "steady_ratio_median" in ten:
+        rows.append(("RabbitMQ 10k burst, steady state (the next two boundaries, 20 s apart) ÷ ceiling ≥ 0.9",
+                     _spread(ten, "steady_ratio"), ten["steady_ratio_median"] >= 0.9))
+    if hundred and "ratio_median" in hundred:
+        rows.append(("RabbitMQ 100k burst ÷ broker ceiling ≥ 0.8",
+                     _spread(hundred), hundred["ratio_median"] >= 0.8))
+    if ten and hundred:
+        grew = hundred["peak_rss_mb_max"] - ten["peak_rss_mb_max"]
+        rows.append(("peak RSS flat from 10k to 100k (≤ +20 MB)",
+                     f"{ten['peak_rss_mb_max']} → {hundred['peak_rss_mb_max']} MB", grew <= 20))
+    for r in out.get("redis", []):
+        rows.append((f"Redis {r['n'] // 1000}k burst (a real beat) ÷ pipelined LPUSH of equal-size messages",
+                     _spread(r), r["ratio_median"] >= (0.9 if r["n"] <= 10_000 else 0.8)))
+    push = out.get("redis_push")
+    if push:
+        rows.append(("Redis fast path, 10k pre-encoded messages ÷ pipelined LPUSH ≥ 0.8",
+                     f"{push['ratio_to_lpush_median']} ({push['ratio_to_lpush_range'][0]}–"
+                     f"{push['ratio_to_lpush_range'][1]}, {push['runs']} runs)", push["ratio_to_lpush_median"] >= 0.8))
+    celery = next((v for v in out.get("variants", []) if "ratio_median" in v), None)
+    if celery:
+        rows.append(("Celery path (before_task_publish receiver) 10k burst ÷ Celery send_task ≥ 2",
+                     _spread(celery), celery["ratio_median"] >= 2))
+    return rows
 
 
 def targets(out: dict) -> list[tuple[str, str, bool]]:
@@ -123,7 +205,7 @@ def tables(out: dict) -> str:
     lines = [f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), Python {m['python']}, "
              f"PostgreSQL {m['postgres']}, RabbitMQ {m['rabbitmq']}, all on loopback.", "",
              "| target | measured | met |", "|---|---|---|"]
-    lines += [f"| {t} | {v} | {'yes' if ok else 'NO'} |" for t, v, ok in targets(out)]
+    lines += [f"| {t} | {v} | {'yes' if ok else 'NO'} |" for t, v, ok in wave2_targets(out) + targets(out)]
     lines += ["", "Burst: N schedules due at one instant, until all are in the ledger and in the queue.", "",
               "| N | beats | s after the instant (median) | fires/s | runs (min–max s) | peak RSS per beat"
               " | duplicates |",
@@ -131,14 +213,25 @@ def tables(out: dict) -> str:
     for r in out["burst"]:
         lines.append(f"| {r['n']:,} | {r['beats']} | {r['seconds_after_due']} | {r['fires_per_s']:,} | "
                      f"{r['runs']} ({r['min_s']}–{r['max_s']}) | {r['peak_rss_mb']} MB | {r['duplicates_any_run']} |")
+    if out.get("redis"):
+        lines += ["", "The same bursts on Redis (one beat; baseline: pipelined LPUSH of equal-size messages, "
+                      "measured just before each run):",
+                  "", "| N | s after the instant (median) | fires/s | runs (min–max s) | ÷ LPUSH | peak RSS |",
+                  "|---|---|---|---|---|---|"]
+        for r in out["redis"]:
+            lines.append(f"| {r['n']:,} | {r['seconds_after_due']} | {r['fires_per_s']:,} | {r['runs']} "
+                         f"({r['min_s']}–{r['max_s']}) | {_spread(r)} | {r['peak_rss_mb_max']} MB |")
     ours = _burst(out, 10_000, 1)
     if ours and out.get("variants"):
         lines += ["", "Roads to the broker, 10k burst, one beat:", "",
                   "| road | s after the instant (median) | fires/s |", "|---|---|---|",
-                  f"| fast path, lookahead 2 s (default) | {ours['seconds_after_due']} | {ours['fires_per_s']:,} |"]
+                  f"| fast path (default) | {ours['seconds_after_due']} | {ours['fires_per_s']:,} |"]
         lines += [f"| {v['variant']} | {v['seconds_after_due']} | {v['fires_per_s']:,} |" for v in out["variants"]]
     send_task, raw = _limit(out, "celery send_task"), _limit(out, "raw kombu publish")
-    lines += ["", "Anchors and limits: the same burst, same broker; ratio = runledger (one beat) ÷ the other.", "",
+    anchors_note = (f" The anchors' own runs are from {out['anchors_measured']} (`bench/run.py --anchors` reruns"
+                    " them; ratios against them compare runs hours apart)." if out.get("anchors_measured") else "")
+    lines += ["", "Anchors and limits: the same burst, same broker; ratio = runledger (one beat) ÷ the other."
+              + anchors_note, "",
               "| N | scheduler | s after the instant | fires/s | runledger is |", "|---|---|---|---|---|"]
     for n in sorted({a["n"] for a in out["anchors"]}):
         ours = _burst(out, n, 1)
@@ -221,6 +314,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--from-json", type=Path, help="redraw tables and plot from a saved results file")
+    parser.add_argument("--anchors", action="store_true",
+                        help="run the anchors too (about 15 minutes); else they are taken from --anchors-from")
+    parser.add_argument("--anchors-from", type=Path, default=ROOT / "bench" / "latest-results.json")
     args = parser.parse_args()
     args.n = [1000, 10_000] if args.quick else [1000, 10_000, 100_000]
     args.repeat = 1 if args.quick else 5
@@ -228,6 +324,7 @@ def main() -> None:
     args.lag_seconds = 60 if args.quick else 120
     args.scale_window = 15 if args.quick else 30
     args.limits_n = 10_000
+    args.repeat_big = 1 if args.quick else 3
     if args.from_json:
         out = json.loads(args.from_json.read_text())
     else:

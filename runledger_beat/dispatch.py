@@ -8,9 +8,15 @@ never in kwargs. Two ways lead to the broker:
 
 * The Celery path: ``send_task_message`` on a kombu producer, message by
   message, with Celery's publish signals and task-sent events. It serves every
-  transport but py-amqp, and is taken whenever a receiver listens to
-  ``before_task_publish`` / ``after_task_publish`` / ``task_sent`` (tracing) or
-  sent events are on, so those fire at the real publish exactly as with stock beat.
+  transport but py-amqp and Redis, and is taken whenever sent events are on or
+  a receiver listens to ``before_task_publish`` / ``after_task_publish`` /
+  ``task_sent`` (tracing), so those fire at the real publish exactly as with
+  stock beat. The messages are built (``create_task_message``) ahead of the
+  instant; only ``send_task_message`` runs at it. On RabbitMQ with receivers
+  (the "celery-amqp" road) each message is written to the socket from inside
+  Celery's publish, between the two signals, on the fast path's confirm channel:
+  the signals fire per message at its real write, the confirms and the ledger
+  marks are batched.
 * The fast path (py-amqp, i.e. RabbitMQ, nobody listening): the same
   ``send_task_message`` runs ahead of the fire's instant on a producer that
   captures the message instead of sending it, and py-amqp's own frame writer
@@ -37,7 +43,7 @@ from celery import Celery, signals
 
 from . import fastpath, fastpath_redis
 from .fires import Fire, Outgoing
-from .messages import send_fire
+from .messages import build_message, send_message
 
 log = logging.getLogger("runledger_beat.dispatch")
 
@@ -101,8 +107,9 @@ class Dispatcher:
 
     def road(self) -> str:
         """The road fires take now: "amqp" or "redis" (fast paths: no publish-signal listeners, no sent
-        events), else "celery"."""
-        if not self.fast or self.send_sent_events or _publish_receivers():
+        events); "celery-amqp" (RabbitMQ with publish-signal listeners: Celery's publish per message, the
+        confirms windowed); else "celery" (Celery's producer, message by message)."""
+        if not self.fast or self.send_sent_events:
             return "celery"
         if self._road is None:
             conn = self.app.connection_for_write()
@@ -111,11 +118,13 @@ class Dispatcher:
                               "redis" if fastpath_redis.supported(conn) else "celery")
             finally:
                 conn.release()
+        if _publish_receivers():
+            return "celery-amqp" if self._road == "amqp" else "celery"
         return self._road
 
     def fast_path(self) -> bool:
-        """Whether fires go by a fast path now."""
-        return self.road() != "celery"
+        """Whether fires go by a fast path now (encoded ahead, no publish signals)."""
+        return self.road() in ("amqp", "redis")
 
     def _redis_road(self) -> fastpath_redis.RedisRoad:
         if self._redis is None:
@@ -149,7 +158,12 @@ class Dispatcher:
         reports the failure) later.
         """
         outgoing = [Outgoing(f) for f in fires]
-        if not outgoing or not encode or not self.fast_path():
+        if not outgoing or not encode:
+            return outgoing
+        if not self.fast_path():  # Celery's path: built now, sent (signals and all) at the instant
+            for item in outgoing:
+                with contextlib.suppress(Exception):  # reported when it fails again at send
+                    item.built = build_message(self.app, item.fire, self.send_sent_events)
             return outgoing
         if self.road() == "redis":
             with contextlib.suppress(Exception):  # unreachable: encoded (or reported) at send
@@ -173,8 +187,9 @@ class Dispatcher:
         for item in outgoing:
             try:
                 if item.frames is None:
+                    built, item.built = item.built, None
                     item.frames, item.declare = self._encoder.encode(item.fire, channel.channel_id,
-                                                                     channel.frame_max)
+                                                                     channel.frame_max, built)
                     item.channel_id = channel.channel_id
                 elif item.channel_id != channel.channel_id:
                     item.frames = fastpath.retarget(item.frames, channel.channel_id)
@@ -196,7 +211,10 @@ class Dispatcher:
             return
         road = self.road()
         if road == "celery":
-            self._merge(self._publish_celery([o.fire for o in outgoing]))
+            self._merge(self._publish_celery(outgoing))
+            return
+        if road == "celery-amqp":
+            self._send_through_celery(outgoing)
             return
         if road == "redis":
             self._send_redis(outgoing)
@@ -205,6 +223,36 @@ class Dispatcher:
         if channel is not None:
             channel.send(ready)
             self._settle(channel, wait=False)
+
+    def _send_through_celery(self, outgoing: Sequence[Outgoing]) -> None:
+        """Celery's ``send_task_message`` per fire, its publish signals around the socket write of that
+        message (the same frames as the fast path); the confirms are read in windows as on the fast path."""
+        try:
+            channel = self._fast_channel()
+        except Exception as exc:
+            self._fail_all(outgoing, exc)
+            return
+        if self._encoder is None:
+            self._encoder = fastpath.Encoder(self.app)
+        for index, item in enumerate(outgoing):
+            if channel.error is not None:
+                channel.send(outgoing[index:])  # kept unsent by the broken channel, for _recover
+                break
+
+            def write(frames: bytes, declare: tuple, item: Outgoing = item) -> None:
+                item.frames, item.declare, item.channel_id = frames, declare, channel.channel_id
+                channel.send([item])
+
+            built, item.built = item.built, None
+            try:
+                self._encoder.encode(item.fire, channel.channel_id, channel.frame_max, built, sink=write)
+            except Exception as exc:
+                if item.frames is None:  # the message could not be built: it fails alone
+                    log.warning("runledger: building the message of %s (%s) failed: %s", item.fire.id,
+                                item.fire.job_type, _reason(exc))
+                    self._merge(PublishResult(failed=[(item.fire, _reason(exc))]))
+                # else written, and a receiver of after_task_publish raised: the confirm decides
+        self._settle(channel, wait=False)
 
     def _send_redis(self, outgoing: Sequence[Outgoing]) -> None:
         """Push the fires' LPUSH commands in pipelines; fires only Celery's path can route go that way."""
@@ -216,12 +264,12 @@ class Dispatcher:
             return
         refused = {fire.id for fire, _ in failed}
         ready = [o for o in outgoing if o.pushes and o.fire.id not in refused]
-        others = [o.fire for o in outgoing if not o.pushes and o.fire.id not in refused]
+        others = [o for o in outgoing if not o.pushes and o.fire.id not in refused]
         sent, pushed_failed, error = road.push(ready)
         self._merge(PublishResult(sent=sent, failed=failed + pushed_failed, error=error))
         if error is not None:
             self.release()
-            self._merge(PublishResult(failed=[(f, _reason(error)) for f in others]))
+            self._merge(PublishResult(failed=[(o.fire, _reason(error)) for o in others]))
         elif others:
             self._merge(self._publish_celery(others))
 
@@ -301,17 +349,21 @@ class Dispatcher:
             else:
                 return
 
-    def _publish_celery(self, fires: Sequence[Fire]) -> PublishResult:
-        """Stock Celery publishing, one message at a time; a channel error fails that fire alone."""
+    def _publish_celery(self, outgoing: Sequence[Outgoing]) -> PublishResult:
+        """Stock Celery publishing, one message at a time (built ahead where it could be); a channel error
+        fails that fire alone."""
         result = PublishResult()
-        for index, fire in enumerate(fires):
+        for index, item in enumerate(outgoing):
+            fire = item.fire
+            built, item.built = item.built, None
             try:
-                send_fire(self.app, self._celery_producer(), fire, self.send_sent_events)
+                send_message(self.app, self._celery_producer(),
+                             built or build_message(self.app, fire, self.send_sent_events))
             except Exception as exc:
                 if fastpath.is_connection_error(exc, self._conn):
                     self.release()
                     result.error = exc
-                    result.failed.extend((f, _reason(exc)) for f in fires[index:])
+                    result.failed.extend((o.fire, _reason(exc)) for o in outgoing[index:])
                     return result
                 log.warning("runledger: publishing %s (%s) failed: %s", fire.id, fire.job_type, _reason(exc))
                 result.failed.append((fire, _reason(exc)))

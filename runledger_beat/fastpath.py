@@ -13,6 +13,10 @@ Three pieces, each small:
   scheduler records the next batch while the broker takes this one. It reports
   which fires the broker acked, which it refused, and which were left
   unresolved when the channel broke.
+* Celery's own path on RabbitMQ (a publish-signal receiver connected) runs
+  the same ``Encoder`` at the instant with a ``sink``: each message is written
+  from inside Celery's publish, so the signals see the real publish, while the
+  confirms are read in windows as on the fast path.
 * ``retarget`` rewrites the channel id of encoded frames, for the rare case the
   channel was reopened between encoding and writing.
 
@@ -40,7 +44,7 @@ from kombu.exceptions import OperationalError
 from kombu.transport import pyamqp
 
 from .fires import Outgoing
-from .messages import send_fire
+from .messages import BuiltMessage, build_message, send_message
 
 #: Messages whose frames are joined into one socket write.
 CHUNK_MESSAGES = 500
@@ -90,10 +94,13 @@ class _CaptureChannel:
 
     def __init__(self) -> None:
         self.captured: tuple | None = None
+        self.on_publish: Callable[[], None] | None = None
 
     def basic_publish(self, message: Any, exchange: str = "", routing_key: str = "",
                       mandatory: bool = False, immediate: bool = False, **_: Any) -> None:
         self.captured = (message, exchange, routing_key, mandatory, immediate)
+        if self.on_publish is not None:
+            self.on_publish()
 
 
 class CaptureProducer(Producer):
@@ -129,13 +136,32 @@ class Encoder:
     def write(self, data: Any) -> None:  # frame_writer's transport
         self.parts.append(bytes(data))
 
-    def encode(self, fire: Any, channel_id: int, frame_max: int) -> tuple[bytes, tuple]:
-        """(frames, entities to declare) of one fire's message on ``channel_id``."""
+    def encode(self, fire: Any, channel_id: int, frame_max: int, built: BuiltMessage | None = None,
+               sink: Callable[[bytes, tuple], None] | None = None) -> tuple[bytes, tuple]:
+        """(frames, entities to declare) of one fire's message on ``channel_id`` (``built``: made ahead).
+
+        With ``sink``, the frames go to ``sink(frames, entities)`` from inside
+        Celery's publish, between the before_task_publish and after_task_publish
+        signals, as a stock producer's socket write would.
+        """
         self.declared.clear()
         self.channel.captured = None
-        send_fire(self.app, self.producer, fire, sent_event=False)
+        result: list[tuple[bytes, tuple]] = []
+        if sink is not None:
+            def publish() -> None:
+                result.append(self._frames(channel_id, frame_max))
+                sink(*result[0])
+            self.channel.on_publish = publish
+        try:
+            send_message(self.app, self.producer, built or build_message(self.app, fire, sent_event=False))
+        finally:
+            self.channel.on_publish = None
         if self.channel.captured is None:
             raise RuntimeError("Celery's send_task_message published nothing")
+        return result[0] if result else self._frames(channel_id, frame_max)
+
+    def _frames(self, channel_id: int, frame_max: int) -> tuple[bytes, tuple]:
+        assert self.channel.captured is not None
         message, exchange, routing_key, mandatory, immediate = self.channel.captured
         writer = self._writers.get(frame_max)
         if writer is None:

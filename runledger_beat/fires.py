@@ -36,9 +36,11 @@ class Fire:
 @dataclass(slots=True)
 class Outgoing:
     """A fire on its way to the broker: on the RabbitMQ fast path with its AMQP frames encoded ahead,
-    on the Redis fast path with its LPUSH commands (key, payload)."""
+    on the Redis fast path with its LPUSH commands (key, payload), on Celery's path with its message built
+    ahead (``messages.BuiltMessage``, sent once)."""
 
     fire: Fire
+    built: Any = None
     frames: bytes | None = None
     channel_id: int = 0
     declare: tuple = ()

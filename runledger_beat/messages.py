@@ -1,6 +1,7 @@
 """A fire as a stock Celery task message, built by Celery itself.
 
-``send_fire`` runs ``app.amqp.create_task_message`` and ``send_task_message``
+``send_fire`` runs ``app.amqp.create_task_message`` (``build_message``, which
+may run ahead of the instant) and ``send_task_message`` (``send_message``)
 (protocol 2, the app's routing, serializer and compression) as
 ``task.apply_async`` would, with task_id = ledger row id, and the ledger id and
 ``_schedule`` metadata in message headers, never in kwargs. The producer may be
@@ -13,6 +14,7 @@ can never set a protocol header: the task run is always the schedule's
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .fires import Fire
@@ -39,8 +41,24 @@ def message_headers(fire: Fire, extra: Any) -> dict[str, Any]:
     return headers
 
 
-def send_fire(app: Any, producer: Any, fire: Fire, sent_event: bool) -> None:
-    """Hand one fire to Celery's ``send_task_message`` on ``producer`` (real or capturing)."""
+@dataclass(slots=True)
+class BuiltMessage:
+    """A fire's message as ``create_task_message`` made it, with the arguments ``send_task_message`` takes.
+
+    Sendable once: ``send_task_message`` merges the headers into it.
+    """
+
+    job_type: str
+    message: Any
+    options: dict[str, Any]
+
+
+def build_message(app: Any, fire: Fire, sent_event: bool) -> BuiltMessage:
+    """Build the fire's task message (Celery's ``create_task_message``, routing resolved); sent by ``send_message``.
+
+    Built ahead of the instant (the lookahead), so only ``send_task_message``,
+    with its publish signals, is left for the instant itself.
+    """
     args, kwargs = task_arguments(fire.payload)
     options = publish_options(app, fire)
     headers = message_headers(fire, options.pop("headers", None))
@@ -61,4 +79,15 @@ def send_fire(app: Any, producer: Any, fire: Fire, sent_event: bool) -> None:
         expires=expires, time_limit=time_limit, soft_time_limit=soft_time_limit,
         create_sent_event=sent_event, root_id=task_id, ignore_result=ignore_result, now=now,
     )
-    app.amqp.send_task_message(producer, fire.job_type, message, headers=headers, retry=False, **options)
+    return BuiltMessage(fire.job_type, message, dict(options, headers=headers, retry=False))
+
+
+def send_message(app: Any, producer: Any, built: BuiltMessage) -> None:
+    """Celery's ``send_task_message`` of a built message on ``producer`` (real or capturing): the publish
+    signals fire here."""
+    app.amqp.send_task_message(producer, built.job_type, built.message, **built.options)
+
+
+def send_fire(app: Any, producer: Any, fire: Fire, sent_event: bool) -> None:
+    """Hand one fire to Celery's ``send_task_message`` on ``producer`` (real or capturing)."""
+    send_message(app, producer, build_message(app, fire, sent_event))

@@ -49,7 +49,7 @@ from .db import connect, safe_error
 from .dispatch import Dispatcher
 from .fastpath import CONFIRM_TIMEOUT
 from .fires import Fire, Outgoing
-from .materialize import FaultPolicy, cancel_overlapped, record_pass, skip_overlapping
+from .materialize import GROUP_WINDOW_SECONDS, FaultPolicy, cancel_overlapped, record_pass, skip_overlapping
 from .settings import Settings
 from .store import Store
 
@@ -70,6 +70,13 @@ CONTENDED_RETRY = 0.05
 #: Seconds a statement may run, and a lock be waited for, on beat's connections.
 STATEMENT_TIMEOUT = 30.0
 LOCK_TIMEOUT = 5.0
+#: Fires prepared per second assumed until this beat has measured its own rate (a slow machine's; on the low side).
+INITIAL_PREPARE_RATE = 1500.0
+#: The lookahead stretches to this many times the time an instant's fires take to prepare, plus the margin (s).
+STRETCH_SAFETY = 1.5
+STRETCH_MARGIN = 0.25
+#: Fires an instant needs before its preparation time teaches the rate (fewer: timer noise).
+RATE_MIN_FIRES = 500
 #: Idle seconds beyond the lookahead after which the server ends a frozen beat's open transaction (and its locks).
 IDLE_MARGIN = 5.0
 #: Seconds between prunings of the audit log (entries older than runledger_retention go).
@@ -128,8 +135,12 @@ class FirePipeline:
         self._beat_row = False         # whether the row was written (and so is removed at close)
         self._beats_table = True       # False once the table turned out to be missing (an unmigrated schema)
         self.metrics = metrics_module.from_settings(settings) if metrics is None else metrics
-        self._instants: dict[Any, datetime] = {}  # fire id -> scheduled_for while in flight (only with metrics)
+        self._instants: dict[Any, datetime | None] = {}  # fire id -> scheduled_for while in flight
         self._next_gauges = 0.0
+        self.lead = settings.lookahead             # how far ahead the next instant is prepared (see _seconds_until_due)
+        self.prepare_rate = INITIAL_PREPARE_RATE    # fires prepared per second, as measured
+        self._prepared_fires = 0                    # fires of the prepared group, and the seconds spent preparing them
+        self._prepared_seconds = 0.0
 
     # -- hooks for subclasses ------------------------------------------------------
 
@@ -148,7 +159,7 @@ class FirePipeline:
         self.close_connections()
         dsn, schema = self.settings.dsn, self.settings.schema
         timeouts = {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT,
-                    "idle_in_transaction_session_timeout": self.settings.lookahead + IDLE_MARGIN}
+                    "idle_in_transaction_session_timeout": self.settings.max_lookahead + IDLE_MARGIN}
         # The claim statement nulls and names out-of-range instants itself: psycopg's fast C loaders suffice.
         self._claims = connect(dsn, schema, application_name="runledger_beat", safe_timestamps=False, **timeouts)
         self._ledger = connect(dsn, schema, autocommit=True, application_name="runledger_beat.ledger", **timeouts)
@@ -176,6 +187,7 @@ class FirePipeline:
             log.warning("runledger: %d fire(s) recorded ahead rolled back; they will be claimed again",
                         len(self.prepared.outgoing))
         self.prepared = None
+        self._prepared_fires, self._prepared_seconds = 0, 0.0
         for conn in (self._claims, self._ledger):
             if conn is not None:
                 with contextlib.suppress(Exception):
@@ -194,6 +206,7 @@ class FirePipeline:
             self._publish_held()
             if self.prepared is not None and time.time() >= self.prepared.commit_at:
                 self._commit_prepared()
+                self._settle(wait=True)  # mark the instant sent before preparing the next one
             if self.prepared is None and time.monotonic() >= self._next_ledger:
                 self._settle(wait=True)
                 self._maintain_ledger(self.ledger)  # between instants: no prepared transaction holds locks
@@ -204,12 +217,40 @@ class FirePipeline:
             self._beat_tick()
             if self.metrics.enabled:
                 self._refresh_metrics()
-            due = None if self.prepared is not None else self.ledger.seconds_until_due(self.settings.lookahead)
+            due = None if self.prepared is not None else self._seconds_until_due()
             self.db_backoff.succeeded()
         except psycopg.Error as exc:  # lost connection, or a statement the server refused: start afresh
             self.close_connections()
             return min(self.db_backoff.failed(safe_error(exc, self.settings.dsn)), self.max_wait)
         return self._wait_for(due)
+
+    def _seconds_until_due(self) -> float | None:
+        """Seconds until the next instant should start being prepared.
+
+        That is ``runledger_lookahead`` before it, stretched for a big instant to
+        the time its fires take to prepare (counted, at this beat's measured rate,
+        with a margin), at most ``runledger_max_lookahead``: ten thousand fires
+        due in one second are recorded and built before it, not after.
+        """
+        base, most = self.settings.lookahead, self.settings.max_lookahead
+        ledger = self.ledger
+        if base <= 0 or most <= base:
+            self.lead = base
+            return ledger.seconds_until_due(base)
+        due = ledger.seconds_until_due(most)
+        if due is None or due > 0:
+            self.lead = base
+            return due  # wake when the next instant is within reach, and size it then
+        size = ledger.next_instant_size(MAX_PREPARED, GROUP_WINDOW_SECONDS)
+        self.lead = min(most, max(base, STRETCH_SAFETY * size / self.prepare_rate + STRETCH_MARGIN))
+        return due + most - self.lead
+
+    def _learn_rate(self) -> None:
+        """Fold the prepared group's preparation time into the measured rate."""
+        fires, seconds = self._prepared_fires, self._prepared_seconds
+        self._prepared_fires, self._prepared_seconds = 0, 0.0
+        if fires >= RATE_MIN_FIRES and seconds > 0:
+            self.prepare_rate = 0.5 * self.prepare_rate + 0.5 * fires / seconds
 
     def _record(self) -> None:
         """Claim and record fires: those due now are committed and published at once,
@@ -227,9 +268,10 @@ class FirePipeline:
     def _record_batch(self, batch: int) -> int:
         """One claim pass; returns how many schedules it claimed."""
         prepared, claims = self.prepared, self.claims
-        lookahead = self.settings.lookahead
+        lookahead = max(self.lead, self.settings.lookahead)
         if prepared is None and lookahead > 0 and not claims.try_prepare_lock():
             lookahead = 0.0  # another beat is preparing an instant: take only what is due
+        began = time.monotonic()
         result = record_pass(claims, batch, lookahead, prepared.start if prepared else None, self.faults)
         if result.clock_offset is not None:
             self._clock_offset = result.clock_offset
@@ -240,6 +282,9 @@ class FirePipeline:
             self.metrics.fired("deferred", result.deferred)
         if result.fires:
             self._add_prepared(result.fires)
+        if self.prepared is not None:
+            self._prepared_fires += len(result.fires)
+            self._prepared_seconds += time.monotonic() - began
         if self.prepared is None:
             claims.conn.commit()  # nothing waits: end the claim's transaction now
         elif time.time() >= self.prepared.commit_at:
@@ -269,6 +314,7 @@ class FirePipeline:
         """Commit the open transaction at its instant and publish what is due; hold the rest."""
         prepared, self.prepared = self.prepared, None
         assert prepared is not None
+        self._learn_rate()
         claims = self.claims
         fires = [o.fire for o in prepared.outgoing]
         skipped = skip_overlapping(claims, fires)
@@ -346,13 +392,12 @@ class FirePipeline:
             except psycopg.Error as exc:  # a refused statement (privileges, say): the gauges go stale, no more
                 log.warning("runledger: reading the metrics gauges failed: %s", safe_error(exc))
 
-    def _observe_sent(self, fire_ids: list, confirmed_at: float) -> None:
+    def _observe_sent(self, instants: list[datetime | None], confirmed_at: float) -> None:
         """Count confirmed fires and observe their lag from their instant to ``confirmed_at`` (local clock,
         converted to the database's)."""
-        self.metrics.fired("sent", len(fire_ids))
+        self.metrics.fired("sent", len(instants))
         now = confirmed_at + self._clock_offset
-        for fire_id in fire_ids:
-            instant = self._instants.pop(fire_id, None)
+        for instant in instants:
             if instant is not None:
                 self.metrics.lag(now - instant.timestamp())
 
@@ -387,8 +432,7 @@ class FirePipeline:
             return
         if log.isEnabledFor(logging.INFO):
             self._log_sending(outgoing)
-        if self.metrics.enabled:
-            self._instants.update((o.fire.id, o.fire.scheduled_for) for o in outgoing if o.fire.scheduled_for)
+        self._instants.update((o.fire.id, o.fire.scheduled_for) for o in outgoing)
         self.dispatcher.send(outgoing)
         self._settle(wait)
 
@@ -406,10 +450,11 @@ class FirePipeline:
             for fire_id in result.sent:
                 self._backlog.pop(fire_id, None)
             confirmed_at = time.time()
+            instants = [self._instants.pop(fire_id, None) for fire_id in result.sent]
             self.after_publish()
             self.ledger.mark_sent(result.sent)
             if self.metrics.enabled:
-                self._observe_sent(result.sent, confirmed_at)
+                self._observe_sent(instants, confirmed_at)
         if result.error is not None:
             self.broker_backoff.failed(safe_error(result.error))
         elif result.sent:
@@ -427,10 +472,10 @@ class FirePipeline:
         recovery sweep, so it cannot hold up the others.
         """
         ids = [f.id for f in fires]
+        for fire in fires:
+            self._instants.pop(fire.id, None)
         if self.metrics.enabled:
             self.metrics.publish_failed()
-            for fire in fires:
-                self._instants.pop(fire.id, None)
         if backlog:
             for fire in fires:
                 if len(self._backlog) < MAX_BACKLOG:

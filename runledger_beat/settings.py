@@ -37,6 +37,7 @@ _DEFAULTS: dict[str, Any] = {
     "runledger_recovery_grace": 30.0,
     "runledger_defer_seconds": 30.0,
     "runledger_lookahead": 2.0,
+    "runledger_max_lookahead": 30.0,
     "runledger_fast_publish": True,
     "runledger_send_sent_events": None,  # None: follow Celery's task_send_sent_event
     "runledger_import_beat_schedule": True,
@@ -62,6 +63,7 @@ class Settings:
     recovery_grace: float
     defer_seconds: float
     lookahead: float
+    max_lookahead: float
     fast_publish: bool
     send_sent_events: bool
     import_beat_schedule: bool
@@ -99,6 +101,14 @@ def _lookahead(conf: Any) -> float:
         raise ConfigError(f"runledger_lookahead: at most {MAX_LOOKAHEAD:g} seconds "
                           f"(schedule rows stay locked that long), got {value!r}")
     return value
+
+
+def _max_lookahead(conf: Any, lookahead: float) -> float:
+    value = _number(conf, "runledger_max_lookahead", float, 0)
+    if value > MAX_LOOKAHEAD:
+        raise ConfigError(f"runledger_max_lookahead: at most {MAX_LOOKAHEAD:g} seconds "
+                          f"(schedule rows stay locked that long), got {value!r}")
+    return max(value, lookahead)
 
 
 def _retention(conf: Any) -> float | None:
@@ -158,6 +168,7 @@ def load(conf: Any) -> Settings:
         recovery_grace=_number(conf, "runledger_recovery_grace", float, 1),
         defer_seconds=_number(conf, "runledger_defer_seconds", float, 1),
         lookahead=_lookahead(conf),
+        max_lookahead=_max_lookahead(conf, _lookahead(conf)),
         fast_publish=bool(_get(conf, "runledger_fast_publish")),
         send_sent_events=bool(_sent_events(conf)),
         import_beat_schedule=bool(_get(conf, "runledger_import_beat_schedule")),

@@ -104,6 +104,10 @@ class Store:
         """Seconds until the earliest active cursor enters the lookahead window (None: nothing active)."""
         return self._one(queries.next_due_in, {"lookahead": float(lookahead)})["seconds"]
 
+    def next_instant_size(self, cap: int, group_window: float) -> int:
+        """Active schedules due at the earliest claimable instant, counted up to ``cap``."""
+        return self._one(queries.next_instant_size, {"cap": int(cap), "group_window": float(group_window)})["n"]
+
     # -- the beat: the outbox ----------------------------------------------------
 
     def mark_sent(self, fire_ids: Sequence[uuid.UUID]) -> None:

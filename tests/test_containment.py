@@ -111,7 +111,8 @@ def test_rows_no_valid_schedule_holds_are_contained(db, tx):
 
 def test_unsafe_settings_are_refused_with_one_line():
     for key, value in (("runledger_recovery_grace", 0), ("runledger_defer_seconds", 0),
-                       ("runledger_lookahead", math.inf), ("runledger_batch_size", "many")):
+                       ("runledger_lookahead", math.inf), ("runledger_max_lookahead", 61),
+                       ("runledger_max_lookahead", -1), ("runledger_batch_size", "many")):
         app = Celery("settings")
         app.conf.update(runledger_dsn="postgresql://x@127.0.0.1/db", **{key: value})
         with pytest.raises(Exception) as err:

@@ -186,6 +186,54 @@ def test_publish_signal_receivers_switch_to_celerys_own_path(amqp_url, queues):
         dispatcher.close()
 
 
+def test_celerys_path_on_rabbitmq_fires_the_signals_at_each_write(amqp_url, queues):
+    """A tracing receiver (before_task_publish adds a header, after_task_publish closes a span): each signal
+    fires once per message, the write of that message between them, and the queue holds exactly what stock
+    Celery's producer sends with the same receivers."""
+    app = _app(amqp_url, queues[0])
+    fires = [_fire(f"traced-{i}") for i in range(40)]
+    fires.append(_fire("options", {"priority": 5, "expires": 30, "headers": {"x-trace": "abc"}}))
+    events: list[tuple[str, str, int]] = []
+    dispatcher = Dispatcher(app)
+    stock = Dispatcher(app, fast=False)
+
+    def written() -> int:  # messages this dispatcher's confirm channel has written so far
+        return dispatcher._fast.next_tag - 1 if dispatcher._fast is not None else 0
+
+    def before(sender=None, headers=None, **kwargs):
+        headers["x-span"] = "span-" + headers["id"]
+        events.append(("before", headers["id"], written()))
+
+    def after(sender=None, headers=None, **kwargs):
+        events.append(("after", headers["id"], written()))
+
+    signals.before_task_publish.connect(before)
+    signals.after_task_publish.connect(after)
+    try:
+        assert dispatcher.road() == "celery-amqp" and not dispatcher.fast_path()
+        prepared = dispatcher.prepare(fires)
+        assert all(o.built is not None and o.frames is None for o in prepared) and events == []
+        result = _publish(dispatcher, prepared)
+        assert sorted(result.sent) == sorted(f.id for f in fires) and not result.failed
+        by_road = {m.properties["application_headers"]["id"]: _wire(m) for m in _drain(amqp_url, queues[0])}
+        mine = list(events)
+        events.clear()
+        result = _publish(stock, [Outgoing(f) for f in fires])
+        assert sorted(result.sent) == sorted(f.id for f in fires)
+        by_stock = {m.properties["application_headers"]["id"]: _wire(m) for m in _drain(amqp_url, queues[0])}
+    finally:
+        signals.before_task_publish.disconnect(before)
+        signals.after_task_publish.disconnect(after)
+        dispatcher.close()
+        stock.close()
+    assert [(kind, task) for kind, task, _ in mine] == [
+        (kind, str(f.id)) for f in fires for kind in ("before", "after")]
+    for index in range(len(fires)):  # message i is written after its before signal and before its after signal
+        assert mine[2 * index][2] == index and mine[2 * index + 1][2] == index + 1
+    assert by_road == by_stock and set(by_road) == {str(f.id) for f in fires}
+    assert by_road[str(fires[0].id)]["properties"]["application_headers"]["x-span"] == f"span-{fires[0].id}"
+
+
 def test_sent_events_follow_celerys_setting(amqp_url, queues):
     from runledger_beat.settings import load
     conf = {"runledger_dsn": "postgresql://x@127.0.0.1/db"}

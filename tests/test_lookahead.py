@@ -29,8 +29,8 @@ def queue(amqp_url):
 
 def _scheduler(pg_dsn: str, schema: str, amqp_url: str, queue: str, **conf) -> Scheduler:
     app = Celery(f"la_{uuid.uuid4().hex[:6]}", broker=amqp_url)
-    app.conf.update(runledger_dsn=pg_dsn, runledger_schema=schema, task_default_queue=queue,
-                    runledger_listen=False, runledger_poll_interval=5, runledger_lookahead=2.0, **conf)
+    app.conf.update(dict(dict(runledger_dsn=pg_dsn, runledger_schema=schema, task_default_queue=queue,
+                              runledger_listen=False, runledger_poll_interval=5, runledger_lookahead=2.0), **conf))
     return Scheduler(app)
 
 
@@ -171,3 +171,46 @@ def test_a_beat_killed_with_fires_recorded_ahead_loses_none(db, pg_dsn, schema, 
         delete_queue(amqp_url, queue)
     (row,) = ledger(db, sid)
     assert row["scheduled_for"] == instant and row["sent_at"] >= instant
+
+
+def test_a_big_instant_is_prepared_as_long_before_it_as_its_fires_take(db, pg_dsn, schema, amqp_url, queue):
+    """runledger_lookahead 0.5 s would leave 2,000 fires to be recorded after their instant; the lookahead
+    stretches to their count at the beat's rate (× 1.5, + 0.25 s), so all are prepared before it, and
+    none goes early."""
+    instant = _soon(db, 6.0)
+    db.execute("INSERT INTO job_schedules (id, name, job_type, payload_template, cron_expr, next_fire_at)"
+               " SELECT gen_random_uuid(), 'big-' || g, 'rl.record', '{\"args\": [], \"kwargs\": {}}', %s, %s"
+               "   FROM generate_series(1, 2000) AS g", (ONCE, instant))
+    scheduler = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_lookahead=0.5, runledger_max_lookahead=20)
+    pipeline = scheduler.pipeline
+    pipeline.prepare_rate = 1000.0  # as if measured: 2,000 fires take 2 s, so the lead is 3.25 s
+    sizes: list[tuple[float, int]] = []
+    leads: list[float] = []
+    try:
+        def committed() -> bool:
+            leads.append(pipeline.lead)
+            if pipeline.prepared is not None:
+                sizes.append((time.time(), len(pipeline.prepared.outgoing)))
+            return count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 2000
+
+        _run_until([scheduler], committed, timeout=30)
+        assert max(leads) == pytest.approx(1.5 * 2000 / 1000.0 + 0.25)
+        assert pipeline.prepare_rate != 1000.0  # this instant's own preparation taught the rate
+    finally:
+        scheduler.close()
+    began = min(at for at, _ in sizes)
+    assert began < instant.timestamp() - 0.5  # ready before the plain lookahead would even have started
+    assert max(n for at, n in sizes if at < instant.timestamp()) == 2000  # every fire ready before the instant
+    first = db.execute("SELECT min(sent_at) AS t FROM jobs").fetchone()["t"]
+    assert first >= instant
+    wait_for(lambda: _in_queue(amqp_url, queue) == 2000, message="2,000 messages in the queue")
+
+
+def test_a_small_instant_keeps_the_plain_lookahead(db, pg_dsn, schema, amqp_url, queue):
+    insert_schedule(db, "small", cron=ONCE, next_fire_at=_soon(db, 1.0))
+    scheduler = _scheduler(pg_dsn, schema, amqp_url, queue)
+    try:
+        _run_until([scheduler], lambda: scheduler.pipeline.prepared is not None)
+        assert scheduler.pipeline.lead == 2.0
+    finally:
+        scheduler.close()

@@ -84,7 +84,7 @@ WITH d AS (
                       AND (p.stage = 'manual' OR p.scheduled_for < f.scheduled_for)
                       AND p.status IN ('pending', 'sent', 'received', 'started', 'retry')) AS live
       FROM jobs f
-     WHERE f.id = ANY(%(ids)b::uuid[])
+     WHERE f.id = ANY(%(ids)b::uuid[]) AND f.status = 'pending'  -- just recorded: jobs_pending_idx
 )
 UPDATE jobs f
    SET status = CASE WHEN d.waiting THEN 'skipped' ELSE 'buffered' END,
@@ -124,7 +124,7 @@ UPDATE jobs p
    SET status = 'revoked', finished_at = statement_timestamp(),
        last_error = 'overlap: cancelled by a later fire (cancel_other)'
   FROM jobs f JOIN job_schedules s ON s.id = f.schedule_id
- WHERE f.id = ANY(%(ids)b::uuid[])
+ WHERE f.id = ANY(%(ids)b::uuid[]) AND f.status = 'pending'  -- just recorded: jobs_pending_idx
    AND p.schedule_id = f.schedule_id AND p.id <> f.id
    AND (p.stage = 'manual' OR p.scheduled_for < f.scheduled_for)
    AND (p.status IN ('pending', 'sent', 'received', 'retry') OR (p.status = 'started' AND s.overlap_terminate))

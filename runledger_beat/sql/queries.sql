@@ -118,7 +118,7 @@ SELECT id FROM job_schedules WHERE id = ANY(%(ids)b::uuid[]);
 UPDATE jobs f
    SET status = 'skipped', finished_at = statement_timestamp(),
        last_error = 'overlap: previous run still queued or running'
- WHERE f.id = ANY(%(ids)b::uuid[])
+ WHERE f.id = ANY(%(ids)b::uuid[]) AND f.status = 'pending'  -- just recorded: jobs_pending_idx
    AND EXISTS (SELECT 1 FROM jobs p
                 WHERE p.schedule_id = f.schedule_id AND p.id <> f.id
                   AND (p.stage = 'manual' OR p.scheduled_for < f.scheduled_for)
@@ -159,6 +159,21 @@ SELECT extract(epoch FROM (least(
          (SELECT min(q.retry_at) + make_interval(secs => %(lookahead)s) FROM schedule_faults q
            WHERE q.quarantined_at IS NULL AND q.retry_at > statement_timestamp()))
        - statement_timestamp()))::float8 - %(lookahead)s::float8 AS seconds;
+
+-- next_instant_size --
+-- How many active schedules share the earliest claimable instant (within %(group_window)s s of it), counted up to
+-- %(cap)s: beat starts preparing an instant that many fires long early enough to be ready at it.
+SELECT count(*)::int AS n
+  FROM (SELECT 1 FROM job_schedules s
+         WHERE s.is_active
+           AND s.next_fire_at <= (SELECT min(f.next_fire_at) FROM job_schedules f
+                                   WHERE f.is_active
+                                     AND NOT EXISTS (SELECT 1 FROM schedule_faults q
+                                                      WHERE q.schedule_id = f.id
+                                                        AND (q.quarantined_at IS NOT NULL
+                                                             OR q.retry_at > statement_timestamp())))
+                                 + make_interval(secs => %(group_window)s)
+         LIMIT %(cap)s) AS due;
 
 -- mark_sent --
 -- Fires handed to the broker; a row a worker already moved on is left alone.
