@@ -85,6 +85,8 @@ def burst(n: int, beats: int, extra: dict | None = None, label: str = "runledger
             raise RuntimeError(f"burst {n}x{beats}: {queued.last} queued, {recorded.last} recorded after 120 s; "
                                f"beat log: {logs[0].read_text(errors='replace')[-2000:]}")
         late = max(queued.reached, recorded.reached) - due_local
+        first = {"recorded_after_due": round(recorded.reached - due_local, 3),
+                 "queued_after_due": round(queued.reached - due_local, 3)}
         steady = []
         for k in range(2, boundaries + 1):
             instant = due_local + (k - 1) * period
@@ -104,8 +106,7 @@ def burst(n: int, beats: int, extra: dict | None = None, label: str = "runledger
         return emit({
             "bench": "burst", "scheduler": label, "n": n, "beats": beats, "broker": broker,
             "seconds_after_due": round(late, 3), "fires_per_s": round(n / late),
-            "recorded_after_due": round(recorded.reached - due_local, 3),
-            "queued_after_due": round(queued.reached - due_local, 3),
+            **first,
             **({"steady_s": steady, "period_s": period} if steady else {}),
             "ledger_rows": stats["n"], "duplicate_rows": stats["n"] - stats["slots"],
             "queue_depth_after_2s": settled, "duplicate_messages": settled - n_total,

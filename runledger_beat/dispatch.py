@@ -234,24 +234,31 @@ class Dispatcher:
             return
         if self._encoder is None:
             self._encoder = fastpath.Encoder(self.app)
-        for index, item in enumerate(outgoing):
-            if channel.error is not None:
-                channel.send(outgoing[index:])  # kept unsent by the broken channel, for _recover
-                break
-
-            def write(frames: bytes, declare: tuple, item: Outgoing = item) -> None:
-                item.frames, item.declare, item.channel_id = frames, declare, channel.channel_id
-                channel.send([item])
-
-            built, item.built = item.built, None
+        channel_id, frame_max = channel.channel_id, channel.frame_max
+        with contextlib.ExitStack() as stack:
             try:
-                self._encoder.encode(item.fire, channel.channel_id, channel.frame_max, built, sink=write)
+                stack.enter_context(channel.connection.transport.having_timeout(fastpath.CONFIRM_TIMEOUT))
             except Exception as exc:
-                if item.frames is None:  # the message could not be built: it fails alone
-                    log.warning("runledger: building the message of %s (%s) failed: %s", item.fire.id,
-                                item.fire.job_type, _reason(exc))
-                    self._merge(PublishResult(failed=[(item.fire, _reason(exc))]))
-                # else written, and a receiver of after_task_publish raised: the confirm decides
+                self._fail_all(outgoing, exc)
+                return
+            for index, item in enumerate(outgoing):
+                if channel.error is not None:
+                    channel.send(outgoing[index:])  # kept unsent by the broken channel, for _recover
+                    break
+
+                def write(frames: bytes, declare: tuple, item: Outgoing = item) -> None:
+                    item.frames, item.declare, item.channel_id = frames, declare, channel_id
+                    channel.write_one(item)
+
+                built, item.built = item.built, None
+                try:
+                    self._encoder.encode(item.fire, channel_id, frame_max, built, sink=write)
+                except Exception as exc:
+                    if item.frames is None:  # the message could not be built: it fails alone
+                        log.warning("runledger: building the message of %s (%s) failed: %s", item.fire.id,
+                                    item.fire.job_type, _reason(exc))
+                        self._merge(PublishResult(failed=[(item.fire, _reason(exc))]))
+                    # else written, and a receiver of after_task_publish raised: the confirm decides
         self._settle(channel, wait=False)
 
     def _send_redis(self, outgoing: Sequence[Outgoing]) -> None:

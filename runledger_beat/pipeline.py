@@ -77,7 +77,8 @@ STRETCH_SAFETY = 1.5
 STRETCH_MARGIN = 0.25
 #: Fires an instant needs before its preparation time teaches the rate (fewer: timer noise).
 RATE_MIN_FIRES = 500
-#: Idle seconds beyond the lookahead after which the server ends a frozen beat's open transaction (and its locks).
+#: Idle seconds beyond the lookahead (stretched or not) after which the server ends a frozen beat's open
+#: transaction (and its locks).
 IDLE_MARGIN = 5.0
 #: Seconds between prunings of the audit log (entries older than runledger_retention go).
 PRUNE_EVERY = 3600.0
@@ -159,7 +160,7 @@ class FirePipeline:
         self.close_connections()
         dsn, schema = self.settings.dsn, self.settings.schema
         timeouts = {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT,
-                    "idle_in_transaction_session_timeout": self.settings.max_lookahead + IDLE_MARGIN}
+                    "idle_in_transaction_session_timeout": self.settings.lookahead + IDLE_MARGIN}
         # The claim statement nulls and names out-of-range instants itself: psycopg's fast C loaders suffice.
         self._claims = connect(dsn, schema, application_name="runledger_beat", safe_timestamps=False, **timeouts)
         self._ledger = connect(dsn, schema, autocommit=True, application_name="runledger_beat.ledger", **timeouts)
@@ -271,6 +272,10 @@ class FirePipeline:
         lookahead = max(self.lead, self.settings.lookahead)
         if prepared is None and lookahead > 0 and not claims.try_prepare_lock():
             lookahead = 0.0  # another beat is preparing an instant: take only what is due
+        if prepared is None and lookahead > self.settings.lookahead:
+            # Only this stretched transaction may idle longer: a frozen beat's small instants are still
+            # released after the plain lookahead plus the margin.
+            claims.stretch_idle_timeout(lookahead + IDLE_MARGIN)
         began = time.monotonic()
         result = record_pass(claims, batch, lookahead, prepared.start if prepared else None, self.faults)
         if result.clock_offset is not None:

@@ -50,6 +50,10 @@ class Store:
         """Keep this transaction's cursor moves from waking other beats; returns the database clock."""
         return self._one(queries.mark_internal)["db_clock"]
 
+    def stretch_idle_timeout(self, seconds: float) -> None:
+        """Let this transaction stay idle up to ``seconds`` (a lookahead stretched for a big instant)."""
+        self._one(queries.stretch_idle_timeout, {"ms": str(int(seconds * 1000))})
+
     def try_prepare_lock(self) -> bool:
         """Whether this transaction may prepare an instant ahead (one beat per schema at a time)."""
         return bool(self._one(queries.try_prepare_lock)["ok"])

@@ -176,14 +176,15 @@ def test_a_beat_killed_with_fires_recorded_ahead_loses_none(db, pg_dsn, schema, 
 def test_a_big_instant_is_prepared_as_long_before_it_as_its_fires_take(db, pg_dsn, schema, amqp_url, queue):
     """runledger_lookahead 0.5 s would leave 2,000 fires to be recorded after their instant; the lookahead
     stretches to their count at the beat's rate (× 1.5, + 0.25 s), so all are prepared before it, and
-    none goes early."""
-    instant = _soon(db, 6.0)
+    none goes early. The stretched transaction idles longer than the connection's idle timeout
+    (lookahead + 5 s) would allow: it raises its own."""
+    instant = _soon(db, 10.0)
     db.execute("INSERT INTO job_schedules (id, name, job_type, payload_template, cron_expr, next_fire_at)"
                " SELECT gen_random_uuid(), 'big-' || g, 'rl.record', '{\"args\": [], \"kwargs\": {}}', %s, %s"
                "   FROM generate_series(1, 2000) AS g", (ONCE, instant))
     scheduler = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_lookahead=0.5, runledger_max_lookahead=20)
     pipeline = scheduler.pipeline
-    pipeline.prepare_rate = 1000.0  # as if measured: 2,000 fires take 2 s, so the lead is 3.25 s
+    pipeline.prepare_rate = 400.0  # as if measured: 2,000 fires take 5 s, so the lead is 7.75 s
     sizes: list[tuple[float, int]] = []
     leads: list[float] = []
     try:
@@ -194,8 +195,8 @@ def test_a_big_instant_is_prepared_as_long_before_it_as_its_fires_take(db, pg_ds
             return count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 2000
 
         _run_until([scheduler], committed, timeout=30)
-        assert max(leads) == pytest.approx(1.5 * 2000 / 1000.0 + 0.25)
-        assert pipeline.prepare_rate != 1000.0  # this instant's own preparation taught the rate
+        assert max(leads) == pytest.approx(1.5 * 2000 / 400.0 + 0.25)
+        assert pipeline.prepare_rate != 400.0  # this instant's own preparation taught the rate
     finally:
         scheduler.close()
     began = min(at for at, _ in sizes)

@@ -30,6 +30,11 @@ SELECT to_regclass(%(table)s) IS NOT NULL AS ready;
 -- Beat's own cursor moves must not wake the other beats; also reads the database clock.
 SELECT set_config('runledger.internal', 'on', true), clock_timestamp() AS db_clock;
 
+-- stretch_idle_timeout --
+-- A prepared transaction stretched for a big instant stays idle longer than the connection's lookahead-based
+-- idle_in_transaction_session_timeout allows: raise it for this transaction only (milliseconds).
+SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true) AS ms;
+
 -- try_prepare_lock --
 -- One beat of a schema at a time prepares an instant ahead (held until that transaction ends); the
 -- others claim only rows already due. One publisher per instant: the broker ingests a burst fastest so.
