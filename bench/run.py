@@ -106,6 +106,9 @@ def collect(args: argparse.Namespace) -> dict:
         earlier = json.loads(args.anchors_from.read_text())
         out["anchors"] = earlier.get("anchors", [])
         out["anchors_measured"] = earlier.get("anchors_measured") or earlier["machine"]["date"]
+        # The ratios to the anchors use runledger's own figures from that same run, not today's.
+        out["anchors_baseline"] = earlier.get("anchors_baseline") or [
+            r for r in earlier.get("burst", []) if r["beats"] == 1]
     # The limits again at the end: the machine's state drifts over a long run; the ratio uses the mean.
     out["limits_end"] = [bench_limits.raw_kombu(args.limits_n), bench_limits.send_task(args.limits_n),
                          bench_limits.broker_ceiling(args.limits_n)]
@@ -228,13 +231,14 @@ def tables(out: dict) -> str:
                   f"| fast path (default) | {ours['seconds_after_due']} | {ours['fires_per_s']:,} |"]
         lines += [f"| {v['variant']} | {v['seconds_after_due']} | {v['fires_per_s']:,} |" for v in out["variants"]]
     send_task, raw = _limit(out, "celery send_task"), _limit(out, "raw kombu publish")
-    anchors_note = (f" The anchors' own runs are from {out['anchors_measured']} (`bench/run.py --anchors` reruns"
-                    " them; ratios against them compare runs hours apart)." if out.get("anchors_measured") else "")
+    anchors_note = (f" The anchors and the runledger rows beside them are from the run of {out['anchors_measured']}"
+                    " (`bench/run.py --anchors` reruns them); the limits below are this run's."
+                    if out.get("anchors_measured") else "")
     lines += ["", "Anchors and limits: the same burst, same broker; ratio = runledger (one beat) ÷ the other."
               + anchors_note, "",
               "| N | scheduler | s after the instant | fires/s | runledger is |", "|---|---|---|---|---|"]
     for n in sorted({a["n"] for a in out["anchors"]}):
-        ours = _burst(out, n, 1)
+        ours = next((r for r in out.get("anchors_baseline", []) if r["n"] == n), None) or _burst(out, n, 1)
         if not ours:
             continue
         lines.append(f"| {n:,} | runledger_beat (1 beat) | {ours['seconds_after_due']} "
@@ -271,27 +275,28 @@ def plot(out: dict, path: Path = PLOT) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
-    ns = sorted({a["n"] for a in out["anchors"]} | {r["n"] for r in out["burst"] if r["n"] <= 10_000})
-    series = [("runledger_beat, 1 beat", [(_burst(out, n, 1) or {}).get("fires_per_s") for n in ns]),
-              ("runledger_beat, 3 beats", [(_burst(out, n, 3) or {}).get("fires_per_s") for n in ns])]
-    for kind in ("redbeat", "django", "persistent"):
-        found = {a["n"]: a for a in out["anchors"] if a["scheduler"] == kind}
-        if found:
-            series.append((next(iter(found.values()))["label"], [found.get(n, {}).get("fires_per_s") for n in ns]))
+    ns = sorted({r["n"] for r in out["burst"]})
+    series = [("RabbitMQ, 1 beat", [(_burst(out, n, 1) or {}).get("fires_per_s") for n in ns]),
+              ("RabbitMQ, 3 beats", [(_burst(out, n, 3) or {}).get("fires_per_s") for n in ns]),
+              ("Redis, 1 beat", [next((r["fires_per_s"] for r in out.get("redis", []) if r["n"] == n), None)
+                                 for n in ns])]
     width = 0.8 / len(series)
     for i, (label, values) in enumerate(series):
         xs = [j + i * width for j, v in enumerate(values) if v]
         left.bar(xs, [v for v in values if v], width, label=label)
-    for what, style in (("celery send_task", "--"), ("raw kombu publish", ":")):
-        left.axhline(_limit(out, what), ls=style, c="grey", lw=1)
-        left.annotate(f"{what} (limit)", (1.0, _limit(out, what)), xycoords=("axes fraction", "data"),
+    lines = [("RabbitMQ ceiling", _limit(out, "broker ceiling"), "--"),
+             ("Celery send_task", _limit(out, "celery send_task"), ":")]
+    if out.get("redis_push"):
+        lines.append(("Redis pipelined LPUSH", out["redis_push"]["pipelined_lpush_per_s"], "-."))
+    for what, value, style in lines:
+        left.axhline(value, ls=style, c="grey", lw=1)
+        left.annotate(f"{what} (same run)", (1.0, value), xycoords=("axes fraction", "data"),
                       xytext=(-4, 3), textcoords="offset points", ha="right", fontsize=8, color="grey")
     left.set_yscale("log")
-    left.set_ylim(top=max(v for _, values in series for v in values if v) * 30)
     left.set_xticks([j + 0.4 - width / 2 for j in range(len(ns))], [f"N = {n:,}" for n in ns])
     left.set_ylabel("fires per second (N / time after the instant)")
     left.set_title("Burst: N schedules due at one instant")
-    left.legend(fontsize=7, loc="upper left", ncol=2, framealpha=0.9)
+    left.legend(fontsize=7, loc="lower left", framealpha=0.9)
     for beats, marker in ((1, "o"), (3, "s")):
         pts = sorted((r["n"], r["seconds_after_due"]) for r in out["burst"] if r["beats"] == beats)
         right.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=f"runledger_beat, {beats} beat(s)")
