@@ -264,17 +264,20 @@ class ConfirmChannel:
                 chunk = outgoing[written:written + CHUNK_MESSAGES]
                 with transport.having_timeout(CONFIRM_TIMEOUT):
                     transport.write(b"".join([o.frames for o in chunk]))  # type: ignore[misc]
-                for item in chunk:
-                    self._pending[self.next_tag] = item
-                    self.next_tag += 1
-                self.connection.bytes_sent += len(chunk)
                 written += len(chunk)
-                if len(self._pending) > WINDOW_MESSAGES:
-                    self._read(lambda: len(self._pending) <= WINDOW_MESSAGES,
-                               time.monotonic() + CONFIRM_TIMEOUT)
+                self._written(chunk)
         except Exception as exc:
             self._unsent.extend(outgoing[written:])
             self._fail(exc)
+
+    def _written(self, items: Sequence[Outgoing]) -> None:
+        """Await the confirms of fires just written (delivery tags in order); past the window, read some."""
+        for item in items:
+            self._pending[self.next_tag] = item
+            self.next_tag += 1
+        self.connection.bytes_sent += len(items)
+        if len(self._pending) > WINDOW_MESSAGES:
+            self._read(lambda: len(self._pending) <= WINDOW_MESSAGES, time.monotonic() + CONFIRM_TIMEOUT)
 
     def write_one(self, item: Outgoing) -> None:
         """Write one message's frames now (Celery's path, from inside its publish); like ``send`` for one fire,
@@ -289,13 +292,13 @@ class ConfirmChannel:
                     self._declare([item])
                     self._declared_last = key
             self.connection.transport.write(item.frames)  # type: ignore[arg-type]
-            self._pending[self.next_tag] = item
-            self.next_tag += 1
-            self.connection.bytes_sent += 1
-            if len(self._pending) > WINDOW_MESSAGES:
-                self._read(lambda: len(self._pending) <= WINDOW_MESSAGES, time.monotonic() + CONFIRM_TIMEOUT)
         except Exception as exc:
             self._unsent.append(item)
+            self._fail(exc)
+            return
+        try:
+            self._written([item])
+        except Exception as exc:
             self._fail(exc)
 
     def settle(self, wait: bool, timeout: float = CONFIRM_TIMEOUT) -> None:

@@ -269,7 +269,7 @@ class FirePipeline:
     def _record_batch(self, batch: int) -> int:
         """One claim pass; returns how many schedules it claimed."""
         prepared, claims = self.prepared, self.claims
-        lookahead = max(self.lead, self.settings.lookahead)
+        lookahead = self.lead  # never below runledger_lookahead (see _seconds_until_due)
         if prepared is None and lookahead > 0 and not claims.try_prepare_lock():
             lookahead = 0.0  # another beat is preparing an instant: take only what is due
         if prepared is None and lookahead > self.settings.lookahead:

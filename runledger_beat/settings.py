@@ -95,20 +95,12 @@ def _number(conf: Any, key: str, kind: type, minimum: float) -> Any:
     return number
 
 
-def _lookahead(conf: Any) -> float:
-    value = _number(conf, "runledger_lookahead", float, 0)
+def _lookahead(conf: Any, key: str) -> float:
+    value = _number(conf, key, float, 0)
     if value > MAX_LOOKAHEAD:
-        raise ConfigError(f"runledger_lookahead: at most {MAX_LOOKAHEAD:g} seconds "
+        raise ConfigError(f"{key}: at most {MAX_LOOKAHEAD:g} seconds "
                           f"(schedule rows stay locked that long), got {value!r}")
     return value
-
-
-def _max_lookahead(conf: Any, lookahead: float) -> float:
-    value = _number(conf, "runledger_max_lookahead", float, 0)
-    if value > MAX_LOOKAHEAD:
-        raise ConfigError(f"runledger_max_lookahead: at most {MAX_LOOKAHEAD:g} seconds "
-                          f"(schedule rows stay locked that long), got {value!r}")
-    return max(value, lookahead)
 
 
 def _retention(conf: Any) -> float | None:
@@ -158,6 +150,7 @@ def load(conf: Any) -> Settings:
     if not dsn:
         raise ConfigError("runledger_dsn: not set "
                           "(set app.conf.runledger_dsn or the RUNLEDGER_DSN environment variable)")
+    lookahead = _lookahead(conf, "runledger_lookahead")
     return Settings(
         dsn=dsn,
         schema=check_schema_name(_get(conf, "runledger_schema")),
@@ -167,8 +160,8 @@ def load(conf: Any) -> Settings:
         poll_interval=_number(conf, "runledger_poll_interval", float, 0.05),
         recovery_grace=_number(conf, "runledger_recovery_grace", float, 1),
         defer_seconds=_number(conf, "runledger_defer_seconds", float, 1),
-        lookahead=_lookahead(conf),
-        max_lookahead=_max_lookahead(conf, _lookahead(conf)),
+        lookahead=lookahead,
+        max_lookahead=max(_lookahead(conf, "runledger_max_lookahead"), lookahead),
         fast_publish=bool(_get(conf, "runledger_fast_publish")),
         send_sent_events=bool(_sent_events(conf)),
         import_beat_schedule=bool(_get(conf, "runledger_import_beat_schedule")),
