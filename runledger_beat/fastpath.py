@@ -44,6 +44,7 @@ from kombu.exceptions import OperationalError
 from kombu.transport import pyamqp
 
 from .fires import Outgoing
+from .message_template import NotTemplatable, Template, kind_of
 from .messages import BuiltMessage, build_message, send_message
 
 #: Messages whose frames are joined into one socket write.
@@ -53,6 +54,11 @@ WINDOW_MESSAGES = 5000
 #: Seconds to wait for the broker's confirms (or for a blocked socket write).
 CONFIRM_TIMEOUT = 10.0
 _PUBLISH_ARGS = "Bssbb"  # basic.publish: ticket, exchange, routing_key, mandatory, immediate
+#: Fires of a kind built by Celery in full, and compared byte for byte with the kind's template, before the
+#: template alone builds them.
+VERIFY_FIRES = 2
+#: Kinds remembered at most (past that the cache starts afresh).
+MAX_KINDS = 1000
 
 
 def supported(conn: Any) -> bool:
@@ -122,8 +128,22 @@ class _FrameLimits:
         self.bytes_sent = 0
 
 
+class _Kind:
+    """What the encoder knows of one kind of fire: its template (None: Celery builds every one), how many
+    fires confirmed it, and the entities its messages need declared."""
+
+    __slots__ = ("template", "checked", "declare")
+
+    def __init__(self, template: Template | None, declare: tuple) -> None:
+        self.template, self.checked, self.declare = template, 0, declare
+
+
 class Encoder:
-    """Celery's message for a fire, as the AMQP frames basic_publish would write."""
+    """Celery's message for a fire, as the AMQP frames basic_publish would write.
+
+    Fires of a kind already seen come from its ``message_template.Template``
+    once Celery's own bytes confirmed it (VERIFY_FIRES times).
+    """
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -132,6 +152,7 @@ class Encoder:
         self.producer = CaptureProducer(self.channel, self.declared)
         self.parts: list[bytes] = []
         self._writers: dict[int, Callable] = {}
+        self._kinds: dict[tuple, _Kind] = {}
 
     def write(self, data: Any) -> None:  # frame_writer's transport
         self.parts.append(bytes(data))
@@ -144,6 +165,43 @@ class Encoder:
         Celery's publish, between the before_task_publish and after_task_publish
         signals, as a stock producer's socket write would.
         """
+        if sink is None and built is None:
+            return self._by_kind(fire, channel_id, frame_max)
+        return self._by_celery(fire, channel_id, frame_max, built, sink)
+
+    def _by_kind(self, fire: Any, channel_id: int, frame_max: int) -> tuple[bytes, tuple]:
+        """From the kind's template once it proved itself; else by Celery, checking the template against it."""
+        key = kind_of(fire, channel_id, frame_max)
+        kind = self._kinds.get(key)
+        if kind is not None and kind.template is not None and kind.checked >= VERIFY_FIRES:
+            return kind.template.frames(fire), kind.declare
+        built = build_message(self.app, fire, sent_event=False)
+        embed = built.message.body[2] if isinstance(built.message.body, tuple) else None
+        frames, declare = self._by_celery(fire, channel_id, frame_max, built, None)
+        if kind is None:
+            if len(self._kinds) >= MAX_KINDS:
+                self._kinds.clear()
+            kind = self._kinds[key] = _Kind(self._template(str(fire.id), embed, channel_id, frame_max), declare)
+        if kind.template is not None:
+            if kind.template.frames(fire) == frames:
+                kind.checked += 1
+            else:
+                kind.template = None
+        return frames, declare
+
+    def _template(self, fire_id: str, embed: Any, channel_id: int, frame_max: int) -> Template | None:
+        """The template of the message just captured, or None when its kind cannot have one."""
+        assert self.channel.captured is not None
+        message, exchange, routing_key, mandatory, immediate = self.channel.captured
+        try:
+            return Template(self.app, fire_id, message, embed,
+                            dumps(_PUBLISH_ARGS, (0, exchange, routing_key, mandatory, immediate)),
+                            channel_id, frame_max)
+        except (NotTemplatable, AttributeError, TypeError, ValueError, KeyError):
+            return None
+
+    def _by_celery(self, fire: Any, channel_id: int, frame_max: int, built: BuiltMessage | None,
+                   sink: Callable[[bytes, tuple], None] | None) -> tuple[bytes, tuple]:
         self.declared.clear()
         self.channel.captured = None
         result: list[tuple[bytes, tuple]] = []

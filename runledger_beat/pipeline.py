@@ -36,7 +36,8 @@ import socket
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -59,8 +60,14 @@ log = logging.getLogger("runledger_beat.pipeline")
 MAX_PASSES_PER_RUN = 100
 #: Fires a beat keeps in memory to republish itself after a broker outage.
 MAX_BACKLOG = 100_000
-#: Fires recorded ahead in one open transaction, at most (bounds memory).
-MAX_PREPARED = 50_000
+#: Fires recorded ahead whose messages are built and kept in memory, at most (bounds memory: about 2.5 kB each).
+MAX_PREPARED = 10_000
+#: Fires recorded ahead in one open transaction, at most. Those past MAX_PREPARED keep only their ids (16 bytes)
+#: and are read back from the ledger after the commit, a chunk at a time, built and published as they come.
+MAX_AHEAD = 500_000
+SPILL_CHUNK = 5000
+#: Fires marked sent per statement when marks wait for the end of a read-back burst.
+MARK_CHUNK = 20_000
 #: Ledger rows the recovery sweep republishes per pass.
 SWEEP_LIMIT = 1000
 #: Waking a hair after an instant avoids a spin when clocks round down.
@@ -104,6 +111,14 @@ class Prepared:
     commit_at: float         # local wall-clock time of the earliest fire
     outgoing: list[Outgoing]
     last: datetime           # the latest fire's instant
+    spilled: bytearray = field(default_factory=bytearray)  # ids of fires past MAX_PREPARED, 16 bytes each
+    spilled_overlap: list[Fire] = field(default_factory=list)  # those of them an overlap policy may hold back
+    spilled_range: tuple[datetime, datetime] | None = None    # their earliest and latest instants
+
+    @property
+    def size(self) -> int:
+        """Fires recorded in the transaction."""
+        return len(self.outgoing) + len(self.spilled) // 16
 
 
 class FirePipeline:
@@ -123,6 +138,8 @@ class FirePipeline:
         self._backlog: dict[Any, Fire] = {}
         self._clock_offset = 0.0   # database clock minus local wall clock, in seconds
         self._contended = False    # the last claim found due rows all locked by other beats
+        self._claims_left = False  # the last claim pass came back full: more may be due in the lookahead
+        self._unmarked: bytearray | None = None  # ids of confirmed fires whose mark waits (see _publish_spilled)
         self._next_sweep = 0.0
         self._next_hook_warning = 0.0
         self._next_prune = 0.0
@@ -186,7 +203,7 @@ class FirePipeline:
         """Close both connections; an open transaction rolls back, so its fires are claimed again."""
         if self.prepared is not None:
             log.warning("runledger: %d fire(s) recorded ahead rolled back; they will be claimed again",
-                        len(self.prepared.outgoing))
+                        self.prepared.size)
         self.prepared = None
         self._prepared_fires, self._prepared_seconds = 0, 0.0
         for conn in (self._claims, self._ledger):
@@ -242,7 +259,7 @@ class FirePipeline:
         if due is None or due > 0:
             self.lead = base
             return due  # wake when the next instant is within reach, and size it then
-        size = ledger.next_instant_size(MAX_PREPARED, GROUP_WINDOW_SECONDS)
+        size = ledger.next_instant_size(MAX_AHEAD, GROUP_WINDOW_SECONDS)
         self.lead = min(most, max(base, STRETCH_SAFETY * size / self.prepare_rate + STRETCH_MARGIN))
         return due + most - self.lead
 
@@ -257,14 +274,16 @@ class FirePipeline:
         """Claim and record fires: those due now are committed and published at once,
         those of the next instant within the lookahead wait in the open transaction."""
         batch = self.settings.batch_size
+        self._claims_left = False
         for _ in range(MAX_PASSES_PER_RUN):
-            if self.prepared is not None and len(self.prepared.outgoing) >= MAX_PREPARED:
-                break
+            if self.prepared is not None and self.prepared.size >= MAX_AHEAD:
+                return
             claimed = self._record_batch(batch)
             if self.dispatcher.in_flight():
                 self._settle(wait=False)  # mark sent what is confirmed while the next batch is recorded
             if claimed < batch:
-                break
+                return
+        self._claims_left = True  # wake at once to go on (a big instant takes more passes than one run)
 
     def _record_batch(self, batch: int) -> int:
         """One claim pass; returns how many schedules it claimed."""
@@ -301,7 +320,9 @@ class FirePipeline:
         return self.prepared is not None and self.prepared.commit_at - time.time() < 0.1
 
     def _add_prepared(self, fires: list[Fire]) -> None:
-        outgoing = self.dispatcher.prepare(fires, encode=not self.broker_backoff.failing)
+        """Keep fires recorded ahead: built, up to MAX_PREPARED; past that only their ids (see _publish_spilled)."""
+        room = max(0, MAX_PREPARED - (len(self.prepared.outgoing) if self.prepared is not None else 0))
+        outgoing = self.dispatcher.prepare(fires[:room], encode=not self.broker_backoff.failing)
         instants = [f.scheduled_for for f in fires if f.scheduled_for is not None]
         first, last = min(instants), max(instants)
         if self.prepared is None:
@@ -310,6 +331,16 @@ class FirePipeline:
             self.prepared.outgoing.extend(outgoing)
             self.prepared.commit_at = min(self.prepared.commit_at, self._local(first))
             self.prepared.last = max(self.prepared.last, last)
+        spill = fires[room:]
+        if not spill:
+            return
+        for fire in spill:
+            self.prepared.spilled += fire.id.bytes
+            if fire.overlap_skip or fire.overlap_policy != "allow":
+                self.prepared.spilled_overlap.append(fire)
+        low, high = min(f.scheduled_for for f in spill), max(f.scheduled_for for f in spill)
+        known = self.prepared.spilled_range
+        self.prepared.spilled_range = (min(low, known[0]), max(high, known[1])) if known else (low, high)
 
     def _local(self, instant: datetime) -> float:
         """The local wall-clock time at which the database clock reads ``instant`` (never early)."""
@@ -321,19 +352,75 @@ class FirePipeline:
         assert prepared is not None
         self._learn_rate()
         claims = self.claims
-        fires = [o.fire for o in prepared.outgoing]
+        fires = [o.fire for o in prepared.outgoing] + prepared.spilled_overlap
         skipped = skip_overlapping(claims, fires)
         cancelled = cancel_overlapped(claims, fires)
+        del fires
         claims.conn.commit()
         self.after_commit()
         if cancelled:
             self._revoke(cancelled)
+        outgoing, prepared.outgoing = prepared.outgoing, []  # each fire is let go once confirmed
+        self._release(outgoing, skipped, prepared.last)
+        del outgoing
+        if skipped:
+            self.metrics.fired("skipped", len(skipped))
+            log.info("runledger: held back %d fire(s) (skipped or buffered): previous run still queued or running",
+                     len(skipped))
+        if prepared.spilled:
+            self._publish_spilled(prepared)
+
+    def _publish_spilled(self, prepared: Prepared) -> None:
+        """Read back, build and publish the committed fires kept only by id, a chunk at a time, the broker
+        taking one chunk while the next is read and built. Read-back skips what an overlap policy held back;
+        if beat stops half way, the recovery sweep publishes the rest (the rows are committed, pending).
+
+        The confirmed are marked sent after the last chunk: the UPDATEs would otherwise take the database's
+        share of the machine from the reads while the broker works (a crash in between republishes them, as
+        any unmarked fire is).
+        """
+        self._unmarked = bytearray()
+        try:
+            self._read_back(prepared)
+        finally:
+            unmarked, self._unmarked = self._unmarked, None
+        self._settle(wait=True)
+        for start in range(0, len(unmarked), 16 * MARK_CHUNK):
+            self.ledger.mark_sent(_ids(unmarked, start, 16 * MARK_CHUNK))
+
+    def _read_back(self, prepared: Prepared) -> None:
+        """Each chunk is read on the claims connection (idle between transactions now) by a helper thread while
+        this one builds and writes the chunk before it."""
+        ids = prepared.spilled
+        assert prepared.spilled_range is not None
+        first, last = prepared.spilled_range
+        claims = self.claims
+        step = 16 * SPILL_CHUNK
+
+        def read(start: int) -> list[Fire]:
+            try:
+                return [Fire(fid, sid, name, job_type, payload, options or {}, at)
+                        for fid, sid, name, job_type, payload, options, at
+                        in claims.read_spilled(_ids(ids, start, step), first, last)]
+            finally:
+                claims.conn.rollback()  # end the read's transaction
+
+        with ThreadPoolExecutor(1, thread_name_prefix="runledger-read-back") as reader:
+            pending = reader.submit(read, 0)
+            for start in range(0, len(ids), step):
+                fires = pending.result()
+                if start + step < len(ids):
+                    pending = reader.submit(read, start + step)
+                self._release(self.dispatcher.prepare(fires, encode=not self.broker_backoff.failing), set(), last)
+
+    def _release(self, outgoing: list[Outgoing], skipped: set[uuid.UUID], last: datetime) -> None:
+        """Publish the committed fires due now; hold those of a later instant, drop those held back."""
         now = time.time()
-        if self._local(prepared.last) <= now and not skipped:  # the usual case: one instant, all due
-            self._publish(prepared.outgoing, wait=False)
+        if self._local(last) <= now and not skipped:  # the usual case: one instant, all due
+            self._publish(outgoing, wait=False)
             return
         due = []
-        for item in prepared.outgoing:
+        for item in outgoing:
             if item.fire.id in skipped:
                 continue
             at = self._local(item.fire.scheduled_for) if item.fire.scheduled_for else now
@@ -342,10 +429,6 @@ class FirePipeline:
             else:
                 self._held_seq += 1
                 bisect.insort(self._held, (at, self._held_seq, item))
-        if skipped:
-            self.metrics.fired("skipped", len(skipped))
-            log.info("runledger: held back %d fire(s) (skipped or buffered): previous run still queued or running",
-                     len(skipped))
         self._publish(due, wait=False)
 
     def _revoke(self, cancelled: list[dict[str, Any]]) -> None:
@@ -417,7 +500,7 @@ class FirePipeline:
         if self._held:
             cap = min(cap, max(self._held[0][0] - now, 0.0) + WAKE_MARGIN)
         if self.prepared is not None:
-            return max(0.0, min(cap, self.prepared.commit_at - now + WAKE_MARGIN))
+            return 0.0 if self._claims_left else max(0.0, min(cap, self.prepared.commit_at - now + WAKE_MARGIN))
         if due is None:
             return cap
         if self._contended and due <= 0:
@@ -457,7 +540,10 @@ class FirePipeline:
             confirmed_at = time.time()
             instants = [self._instants.pop(fire_id, None) for fire_id in result.sent]
             self.after_publish()
-            self.ledger.mark_sent(result.sent)
+            if self._unmarked is not None:
+                self._unmarked += b"".join([fire_id.bytes for fire_id in result.sent])
+            else:
+                self.ledger.mark_sent(result.sent)
             if self.metrics.enabled:
                 self._observe_sent(instants, confirmed_at)
         if result.error is not None:
@@ -600,3 +686,9 @@ class FirePipeline:
         self.close_connections()
         self.dispatcher.close()
         self.metrics.close()
+
+
+def _ids(packed: bytearray, start: int, length: int) -> list[uuid.UUID]:
+    """The UUIDs packed (16 bytes each) in ``packed[start:start + length]``."""
+    end = min(start + length, len(packed))
+    return [uuid.UUID(bytes=bytes(packed[i:i + 16])) for i in range(start, end, 16)]

@@ -71,6 +71,7 @@ def test_fast_path_writes_exactly_what_celery_sends(amqp_url, queues):
         _fire("other-queue", {"queue": other}),
         _fire("compressed", {"compression": "zlib"}),
         _fire("wrapped", payload={"payload": [1, 2], "_schedule": {"schedule_name": "wrapped"}}),
+        *[_fire(f"plain-{i}") for i in range(4)],  # past the first fires of a kind, its template builds them
     ]
     fast = Dispatcher(app, fast=True)
     stock = Dispatcher(app, fast=False)

@@ -215,3 +215,57 @@ def test_a_small_instant_keeps_the_plain_lookahead(db, pg_dsn, schema, amqp_url,
         assert scheduler.pipeline.lead == 2.0
     finally:
         scheduler.close()
+
+
+def test_an_instant_bigger_than_beat_holds_is_read_back_and_published_once(db, pg_dsn, schema, amqp_url, queue,
+                                                                            monkeypatch):
+    """Past MAX_PREPARED fires an instant's fires are still recorded ahead, but kept by id only; after the
+    commit they are read back in chunks, built and published: every fire exactly once, none early, and an
+    overlap skip still applies to a fire kept by id."""
+    from runledger_beat import pipeline as pipeline_module
+    monkeypatch.setattr(pipeline_module, "MAX_PREPARED", 100)
+    monkeypatch.setattr(pipeline_module, "SPILL_CHUNK", 70)  # several chunks, the last one short
+    instant = _soon(db, 4.0)
+    db.execute("INSERT INTO job_schedules (id, name, job_type, payload_template, cron_expr, next_fire_at)"
+               " SELECT gen_random_uuid(), 'wide-' || g, 'rl.record', jsonb_build_object('args', jsonb_build_array(g),"
+               " 'kwargs', '{}'::jsonb), %s, %s FROM generate_series(1, 380) AS g", (ONCE, instant))
+    busy = []
+    for i in range(20):
+        sid = insert_schedule(db, f"busy-{i}", cron=ONCE, overlap="skip", next_fire_at=instant)
+        db.execute("INSERT INTO jobs (id, schedule_id, scheduled_for, job_type, payload, status, started_at)"
+                   " VALUES (gen_random_uuid(), %s, now() - interval '1 minute', 'rl.record', '{}', 'started', now())",
+                   (sid,))
+        busy.append(sid)
+    scheduler = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_lookahead=3.0)
+    pipeline = scheduler.pipeline
+    seen: dict = {}
+    try:
+        def recorded() -> bool:
+            prepared = pipeline.prepared
+            if prepared is not None:
+                seen.update(size=prepared.size, held=len(prepared.outgoing),
+                            overlap_by_id=len(prepared.spilled_overlap), at=time.time())
+            return prepared is not None and prepared.size == 400
+
+        _run_until([scheduler], recorded, timeout=15)
+        assert seen["at"] < instant.timestamp()  # all 400 recorded before the instant
+        assert seen["held"] == 100 and seen["overlap_by_id"] > 0  # 300 kept by id, some of them overlap-checked
+        _run_until([scheduler], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE scheduled_for = %s"
+                                                  " AND status IN ('sent', 'skipped')", instant) == 400, timeout=15)
+    finally:
+        scheduler.close()
+    rows = db.execute("SELECT id, schedule_id, status, sent_at FROM jobs WHERE scheduled_for = %s",
+                      (instant,)).fetchall()
+    assert len(rows) == 400
+    assert {r["status"] for r in rows if r["schedule_id"] in busy} == {"skipped"}
+    sent = [r for r in rows if r["schedule_id"] not in busy]
+    assert {r["status"] for r in sent} == {"sent"} and min(r["sent_at"] for r in sent) >= instant
+    wait_for(lambda: _in_queue(amqp_url, queue) == 380, message="380 messages in the queue")
+    with Connection(amqp_url) as conn:
+        channel = conn.default_channel
+        ids = []
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            headers = message.properties["application_headers"]
+            assert headers["runledger_id"] == headers["id"] and message.properties["correlation_id"] == headers["id"]
+            ids.append(headers["id"])
+    assert sorted(ids) == sorted(str(r["id"]) for r in sent)  # each sent fire once, nothing else

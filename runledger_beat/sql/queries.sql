@@ -219,6 +219,18 @@ SELECT id, job_type, payload, options, schedule_id, schedule_name, scheduled_for
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
+-- read_spilled --
+-- Fires a beat recorded ahead of their instant without keeping them in memory (an instant bigger than it holds),
+-- read back once their transaction committed. Those an overlap policy held back at the commit are no longer
+-- pending. The instant's range keeps the id lookups to its day's partition. Empty options come back as NULL:
+-- nothing to decode. The columns are in the order of a Fire's fields.
+SELECT id, schedule_id, schedule_name, job_type, payload, nullif(options, '{}'::jsonb) AS options,
+       scheduled_for
+  FROM jobs
+ WHERE id = ANY(%(ids)b::uuid[])
+   AND scheduled_for BETWEEN %(first)s AND %(last)s
+   AND status = 'pending';
+
 -- resolve_stale_sent --
 -- Sent fires that will never start: past their message's expiry (counted from the instant) they are expired; when a
 -- worker with the ledger hook reported within the hour, a fire sent more than %(lost_after)s s ago without a start is
