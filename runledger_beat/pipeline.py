@@ -52,6 +52,7 @@ from .fastpath import CONFIRM_TIMEOUT
 from .fires import Fire, Outgoing
 from .materialize import GROUP_WINDOW_SECONDS, FaultPolicy, cancel_overlapped, record_pass, skip_overlapping
 from .settings import Settings
+from .spill import SpillFile, is_parked
 from .store import Store
 
 log = logging.getLogger("runledger_beat.pipeline")
@@ -62,8 +63,8 @@ MAX_PASSES_PER_RUN = 100
 MAX_BACKLOG = 100_000
 #: Fires recorded ahead whose messages are built and kept in memory, at most (bounds memory: about 2.5 kB each).
 MAX_PREPARED = 10_000
-#: Fires recorded ahead in one open transaction, at most. Those past MAX_PREPARED keep only their ids (16 bytes)
-#: and are read back from the ledger after the commit, a chunk at a time, built and published as they come.
+#: Fires recorded ahead in one open transaction, at most. Those past MAX_PREPARED are parked on disk encoded, or
+#: kept by id and read back after the commit (spill.py), and published a chunk at a time.
 MAX_AHEAD = 500_000
 SPILL_CHUNK = 5000
 #: Fires marked sent per statement when marks wait for the end of a read-back burst.
@@ -111,14 +112,15 @@ class Prepared:
     commit_at: float         # local wall-clock time of the earliest fire
     outgoing: list[Outgoing]
     last: datetime           # the latest fire's instant
-    spilled: bytearray = field(default_factory=bytearray)  # ids of fires past MAX_PREPARED, 16 bytes each
-    spilled_overlap: list[Fire] = field(default_factory=list)  # those of them an overlap policy may hold back
-    spilled_range: tuple[datetime, datetime] | None = None    # their earliest and latest instants
+    parked: SpillFile | None = None  # fires past MAX_PREPARED, encoded, on disk (the RabbitMQ fast path)
+    spilled: bytearray = field(default_factory=bytearray)  # fires past MAX_PREPARED by id, 16 bytes each (else)
+    spilled_overlap: list[Fire] = field(default_factory=list)  # fires of both an overlap policy may hold back
+    spilled_range: tuple[datetime, datetime] | None = None    # the instants of those kept by id
 
     @property
     def size(self) -> int:
         """Fires recorded in the transaction."""
-        return len(self.outgoing) + len(self.spilled) // 16
+        return len(self.outgoing) + len(self.spilled) // 16 + (len(self.parked) if self.parked else 0)
 
 
 class FirePipeline:
@@ -204,6 +206,8 @@ class FirePipeline:
         if self.prepared is not None:
             log.warning("runledger: %d fire(s) recorded ahead rolled back; they will be claimed again",
                         self.prepared.size)
+            if self.prepared.parked is not None:
+                self.prepared.parked.close()
         self.prepared = None
         self._prepared_fires, self._prepared_seconds = 0, 0.0
         for conn in (self._claims, self._ledger):
@@ -320,7 +324,7 @@ class FirePipeline:
         return self.prepared is not None and self.prepared.commit_at - time.time() < 0.1
 
     def _add_prepared(self, fires: list[Fire]) -> None:
-        """Keep fires recorded ahead: built, up to MAX_PREPARED; past that only their ids (see _publish_spilled)."""
+        """Keep fires recorded ahead: built, up to MAX_PREPARED; past that parked or by id (spill.py)."""
         room = max(0, MAX_PREPARED - (len(self.prepared.outgoing) if self.prepared is not None else 0))
         outgoing = self.dispatcher.prepare(fires[:room], encode=not self.broker_backoff.failing)
         instants = [f.scheduled_for for f in fires if f.scheduled_for is not None]
@@ -331,16 +335,30 @@ class FirePipeline:
             self.prepared.outgoing.extend(outgoing)
             self.prepared.commit_at = min(self.prepared.commit_at, self._local(first))
             self.prepared.last = max(self.prepared.last, last)
-        spill = fires[room:]
-        if not spill:
+        rest = fires[room:]
+        if rest:
+            self._spill(self.prepared, rest)
+
+    def _spill(self, prepared: Prepared, fires: list[Fire]) -> None:
+        """Park the fires encoded on the RabbitMQ fast path; keep the others (any road) by id."""
+        by_id = fires
+        if not self.broker_backoff.failing and self.dispatcher.road() == "amqp":
+            by_id = []
+            for item in self.dispatcher.prepare(fires):
+                if item.frames is None:
+                    by_id.append(item.fire)  # its message could not be built now: tried again after the commit
+                    continue
+                if prepared.parked is None:
+                    prepared.parked = SpillFile()
+                prepared.parked.add(item)
+        prepared.spilled_overlap += [f for f in fires if f.overlap_skip or f.overlap_policy != "allow"]
+        if not by_id:
             return
-        for fire in spill:
-            self.prepared.spilled += fire.id.bytes
-            if fire.overlap_skip or fire.overlap_policy != "allow":
-                self.prepared.spilled_overlap.append(fire)
-        low, high = min(f.scheduled_for for f in spill), max(f.scheduled_for for f in spill)
-        known = self.prepared.spilled_range
-        self.prepared.spilled_range = (min(low, known[0]), max(high, known[1])) if known else (low, high)
+        for fire in by_id:
+            prepared.spilled += fire.id.bytes
+        low, high = min(f.scheduled_for for f in by_id), max(f.scheduled_for for f in by_id)
+        known = prepared.spilled_range
+        prepared.spilled_range = (min(low, known[0]), max(high, known[1])) if known else (low, high)
 
     def _local(self, instant: datetime) -> float:
         """The local wall-clock time at which the database clock reads ``instant`` (never early)."""
@@ -367,21 +385,29 @@ class FirePipeline:
             self.metrics.fired("skipped", len(skipped))
             log.info("runledger: held back %d fire(s) (skipped or buffered): previous run still queued or running",
                      len(skipped))
-        if prepared.spilled:
-            self._publish_spilled(prepared)
+        if prepared.parked is not None or prepared.spilled:
+            self._publish_spilled(prepared, skipped)
 
-    def _publish_spilled(self, prepared: Prepared) -> None:
-        """Read back, build and publish the committed fires kept only by id, a chunk at a time, the broker
-        taking one chunk while the next is read and built. Read-back skips what an overlap policy held back;
-        if beat stops half way, the recovery sweep publishes the rest (the rows are committed, pending).
+    def _publish_spilled(self, prepared: Prepared, skipped: set[uuid.UUID]) -> None:
+        """Publish the committed fires past MAX_PREPARED, a chunk at a time: the parked ones as they were
+        encoded, then those kept by id, read back and built (the broker taking one chunk while the next is read).
+        Those an overlap policy held back are left out. If beat stops half way, the recovery sweep publishes the
+        rest (the rows are committed, pending).
 
         The confirmed are marked sent after the last chunk: the UPDATEs would otherwise take the database's
-        share of the machine from the reads while the broker works (a crash in between republishes them, as
-        any unmarked fire is).
+        share of the machine from the broker while it works (a crash in between republishes them, as any
+        unmarked fire is).
         """
         self._unmarked = bytearray()
         try:
-            self._read_back(prepared)
+            if prepared.parked is not None:
+                try:
+                    for chunk in prepared.parked.chunks(SPILL_CHUNK):
+                        self._release(chunk, skipped, prepared.last)
+                finally:
+                    prepared.parked.close()
+            if prepared.spilled:
+                self._read_back(prepared)
         finally:
             unmarked, self._unmarked = self._unmarked, None
         self._settle(wait=True)
@@ -569,7 +595,7 @@ class FirePipeline:
             self.metrics.publish_failed()
         if backlog:
             for fire in fires:
-                if len(self._backlog) < MAX_BACKLOG:
+                if len(self._backlog) < MAX_BACKLOG and not is_parked(fire):  # a parked one waits for the sweep
                     self._backlog[fire.id] = fire
             self.ledger.note_publish_outage(ids, error)
             return

@@ -217,12 +217,24 @@ def test_a_small_instant_keeps_the_plain_lookahead(db, pg_dsn, schema, amqp_url,
         scheduler.close()
 
 
-def test_an_instant_bigger_than_beat_holds_is_read_back_and_published_once(db, pg_dsn, schema, amqp_url, queue,
-                                                                            monkeypatch):
-    """Past MAX_PREPARED fires an instant's fires are still recorded ahead, but kept by id only; after the
-    commit they are read back in chunks, built and published: every fire exactly once, none early, and an
-    overlap skip still applies to a fire kept by id."""
+@pytest.mark.parametrize("road", ["parked", "by id"])
+def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_dsn, schema, amqp_url, queue,
+                                                                        monkeypatch, road):
+    """Past MAX_PREPARED fires an instant's fires are still recorded ahead, but not kept in memory: on the
+    fast path they are parked on disk encoded; on Celery's path (a publish receiver connected) kept by id and
+    read back after the commit. Either way every fire is published exactly once, none early, and an overlap
+    skip still applies to a fire out of memory."""
+    from celery import signals
+
     from runledger_beat import pipeline as pipeline_module
+
+    traced: list[str] = []
+
+    def receiver(sender=None, headers=None, **kwargs):
+        traced.append(headers["id"])
+
+    if road == "by id":
+        signals.before_task_publish.connect(receiver)
     monkeypatch.setattr(pipeline_module, "MAX_PREPARED", 100)
     monkeypatch.setattr(pipeline_module, "SPILL_CHUNK", 70)  # several chunks, the last one short
     instant = _soon(db, 4.0)
@@ -243,17 +255,20 @@ def test_an_instant_bigger_than_beat_holds_is_read_back_and_published_once(db, p
         def recorded() -> bool:
             prepared = pipeline.prepared
             if prepared is not None:
-                seen.update(size=prepared.size, held=len(prepared.outgoing),
-                            overlap_by_id=len(prepared.spilled_overlap), at=time.time())
+                seen.update(size=prepared.size, held=len(prepared.outgoing), by_id=len(prepared.spilled) // 16,
+                            parked=len(prepared.parked) if prepared.parked else 0,
+                            overlap_out=len(prepared.spilled_overlap), at=time.time())
             return prepared is not None and prepared.size == 400
 
         _run_until([scheduler], recorded, timeout=15)
         assert seen["at"] < instant.timestamp()  # all 400 recorded before the instant
-        assert seen["held"] == 100 and seen["overlap_by_id"] > 0  # 300 kept by id, some of them overlap-checked
+        assert seen["held"] == 100 and seen["overlap_out"] > 0  # 300 out of memory, some of them overlap-checked
+        assert (seen["parked"], seen["by_id"]) == ((300, 0) if road == "parked" else (0, 300))
         _run_until([scheduler], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE scheduled_for = %s"
                                                   " AND status IN ('sent', 'skipped')", instant) == 400, timeout=15)
     finally:
         scheduler.close()
+        signals.before_task_publish.disconnect(receiver)
     rows = db.execute("SELECT id, schedule_id, status, sent_at FROM jobs WHERE scheduled_for = %s",
                       (instant,)).fetchall()
     assert len(rows) == 400
@@ -269,3 +284,4 @@ def test_an_instant_bigger_than_beat_holds_is_read_back_and_published_once(db, p
             assert headers["runledger_id"] == headers["id"] and message.properties["correlation_id"] == headers["id"]
             ids.append(headers["id"])
     assert sorted(ids) == sorted(str(r["id"]) for r in sent)  # each sent fire once, nothing else
+    assert sorted(traced) == (sorted(ids) if road == "by id" else [])  # Celery's path: each publish signalled
