@@ -28,7 +28,8 @@ def _fire(i: int, options: dict | None = None, payload: object = None, task: str
         payload = {"args": [i, "x" * (i % 40)] if i % 3 else [],
                    "kwargs": {"n": i, "deep": {"list": [1.5, None, True]}} if i % 2 else {},
                    "_schedule": meta}
-    return Fire(uuid.uuid4(), uuid.uuid4(), f"s{i}", task, payload, options or {}, AT + timedelta(hours=1))
+    ahead = datetime.now(timezone.utc) + timedelta(hours=1)  # ahead: an expiry counts from the instant
+    return Fire(uuid.uuid4(), uuid.uuid4(), f"s{i}", task, payload, options or {}, ahead)
 
 
 def _celerys(app: Celery, fires: list[Fire], frame_max: int) -> list[bytes]:
