@@ -95,7 +95,6 @@ class Template:
         if any(headers.get(k) != fire_id for k in ID_HEADERS if k in headers) \
                 or props.get("correlation_id") != fire_id:
             raise NotTemplatable("the task id is not where Celery puts it")
-        self.app = app
         self.channel_id = channel_id
         self.chunk = frame_max - 8
         self.argsrepr_max = app.amqp.argsrepr_maxsize

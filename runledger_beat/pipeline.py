@@ -52,7 +52,7 @@ from .fastpath import CONFIRM_TIMEOUT
 from .fires import Fire, Outgoing
 from .materialize import GROUP_WINDOW_SECONDS, FaultPolicy, cancel_overlapped, record_pass, skip_overlapping
 from .settings import Settings
-from .spill import SpillFile, is_parked
+from .spill import PackedIds, SpillFile, is_parked
 from .store import Store
 
 log = logging.getLogger("runledger_beat.pipeline")
@@ -113,14 +113,14 @@ class Prepared:
     outgoing: list[Outgoing]
     last: datetime           # the latest fire's instant
     parked: SpillFile | None = None  # fires past MAX_PREPARED, encoded, on disk (the RabbitMQ fast path)
-    spilled: bytearray = field(default_factory=bytearray)  # fires past MAX_PREPARED by id, 16 bytes each (else)
+    spilled: PackedIds = field(default_factory=PackedIds)  # fires past MAX_PREPARED by id (the other roads)
     spilled_overlap: list[Fire] = field(default_factory=list)  # fires of both an overlap policy may hold back
     spilled_range: tuple[datetime, datetime] | None = None    # the instants of those kept by id
 
     @property
     def size(self) -> int:
         """Fires recorded in the transaction."""
-        return len(self.outgoing) + len(self.spilled) // 16 + (len(self.parked) if self.parked else 0)
+        return len(self.outgoing) + len(self.spilled) + (len(self.parked) if self.parked else 0)
 
 
 class FirePipeline:
@@ -141,7 +141,7 @@ class FirePipeline:
         self._clock_offset = 0.0   # database clock minus local wall clock, in seconds
         self._contended = False    # the last claim found due rows all locked by other beats
         self._claims_left = False  # the last claim pass came back full: more may be due in the lookahead
-        self._unmarked: bytearray | None = None  # ids of confirmed fires whose mark waits (see _publish_spilled)
+        self._unmarked: PackedIds | None = None  # confirmed fires whose mark waits (see _publish_spilled)
         self._next_sweep = 0.0
         self._next_hook_warning = 0.0
         self._next_prune = 0.0
@@ -355,7 +355,7 @@ class FirePipeline:
         if not by_id:
             return
         for fire in by_id:
-            prepared.spilled += fire.id.bytes
+            prepared.spilled.add(fire.id)
         low, high = min(f.scheduled_for for f in by_id), max(f.scheduled_for for f in by_id)
         known = prepared.spilled_range
         prepared.spilled_range = (min(low, known[0]), max(high, known[1])) if known else (low, high)
@@ -398,7 +398,7 @@ class FirePipeline:
         share of the machine from the broker while it works (a crash in between republishes them, as any
         unmarked fire is).
         """
-        self._unmarked = bytearray()
+        self._unmarked = PackedIds()
         try:
             if prepared.parked is not None:
                 try:
@@ -411,8 +411,8 @@ class FirePipeline:
         finally:
             unmarked, self._unmarked = self._unmarked, None
         self._settle(wait=True)
-        for start in range(0, len(unmarked), 16 * MARK_CHUNK):
-            self.ledger.mark_sent(_ids(unmarked, start, 16 * MARK_CHUNK))
+        for start in range(0, len(unmarked), MARK_CHUNK):
+            self.ledger.mark_sent(unmarked.slice(start, start + MARK_CHUNK))
 
     def _read_back(self, prepared: Prepared) -> None:
         """Each chunk is read on the claims connection (idle between transactions now) by a helper thread while
@@ -421,13 +421,13 @@ class FirePipeline:
         assert prepared.spilled_range is not None
         first, last = prepared.spilled_range
         claims = self.claims
-        step = 16 * SPILL_CHUNK
+        step = SPILL_CHUNK
 
         def read(start: int) -> list[Fire]:
             try:
                 return [Fire(fid, sid, name, job_type, payload, options or {}, at)
                         for fid, sid, name, job_type, payload, options, at
-                        in claims.read_spilled(_ids(ids, start, step), first, last)]
+                        in claims.read_spilled(ids.slice(start, start + step), first, last)]
             finally:
                 claims.conn.rollback()  # end the read's transaction
 
@@ -567,7 +567,7 @@ class FirePipeline:
             instants = [self._instants.pop(fire_id, None) for fire_id in result.sent]
             self.after_publish()
             if self._unmarked is not None:
-                self._unmarked += b"".join([fire_id.bytes for fire_id in result.sent])
+                self._unmarked.extend(result.sent)
             else:
                 self.ledger.mark_sent(result.sent)
             if self.metrics.enabled:
@@ -712,9 +712,3 @@ class FirePipeline:
         self.close_connections()
         self.dispatcher.close()
         self.metrics.close()
-
-
-def _ids(packed: bytearray, start: int, length: int) -> list[uuid.UUID]:
-    """The UUIDs packed (16 bytes each) in ``packed[start:start + length]``."""
-    end = min(start + length, len(packed))
-    return [uuid.UUID(bytes=bytes(packed[i:i + 16])) for i in range(start, end, 16)]

@@ -255,7 +255,7 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
         def recorded() -> bool:
             prepared = pipeline.prepared
             if prepared is not None:
-                seen.update(size=prepared.size, held=len(prepared.outgoing), by_id=len(prepared.spilled) // 16,
+                seen.update(size=prepared.size, held=len(prepared.outgoing), by_id=len(prepared.spilled),
                             parked=len(prepared.parked) if prepared.parked else 0,
                             overlap_out=len(prepared.spilled_overlap), at=time.time())
             return prepared is not None and prepared.size == 400
