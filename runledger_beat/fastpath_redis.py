@@ -6,8 +6,10 @@ instead of publishing it, then does what kombu's Redis transport would do at
 publish — the same ``_inplace_augment_message``, routing lookup, priority queue
 name and JSON ``dumps`` of the real channel — so each fire becomes the exact
 ``LPUSH key payload`` commands the transport would send (only the random
-``delivery_tag`` differs, as it does between any two publishes). At the
-instant ``push`` sends them in non-transactional pipelines of CHUNK commands.
+``delivery_tag`` differs, as it does between any two publishes). Past the
+first fires of a kind, ``message_template.RedisTemplate`` makes the same text
+from the kind's captured message. At the instant ``push`` writes them as one
+packed round of CHUNK commands at a time, as a non-transactional pipeline does.
 
 Redis answers every LPUSH, so a fire counts as sent when all its commands
 succeeded; a command Redis refuses fails that fire alone; a lost connection
@@ -22,13 +24,16 @@ from typing import Any
 
 from kombu.common import maybe_declare
 from kombu.utils.json import dumps
+from redis.exceptions import ResponseError
 
-from .fastpath import CaptureProducer
+from .fastpath import MAX_KINDS, VERIFY_FIRES, CaptureProducer, _Kind
 from .fires import Fire, Outgoing
-from .messages import send_fire
+from .message_template import NotTemplatable, RedisTemplate, kind_of
+from .messages import build_message, send_message
 
-#: LPUSH commands per pipeline round trip.
+#: LPUSH commands per round trip, at most; and bytes, at most.
 CHUNK = 1000
+CHUNK_BYTES = 4 << 20
 
 
 def supported(conn: Any) -> bool:
@@ -64,13 +69,16 @@ class RedisRoad:
         self._declared: list = []
         self._producer = CaptureProducer(self._capture, self._declared)
         self._routes: dict[tuple[str, str], list[str]] = {}
+        self._kinds: dict[tuple, _Kind] = {}
+        self._heads: dict[str, bytes] = {}
 
     def encode(self, outgoing: Sequence[Outgoing]) -> list[tuple[Fire, str]]:
         """Give each fire its LPUSH commands (``pushes``); returns the fires whose message cannot be built.
 
         A fire routed where only Celery's path goes keeps ``pushes`` empty.
         """
-        self._routes.clear()
+        self._routes.clear()  # bindings and templates are looked up afresh for each batch
+        self._kinds.clear()
         failed = []
         for item in outgoing:
             if item.pushes:
@@ -82,9 +90,45 @@ class RedisRoad:
         return failed
 
     def _commands(self, fire: Fire) -> tuple[tuple[str, str], ...]:
+        """From the kind's template once it proved itself; else by Celery, checking the template against it."""
+        key = kind_of(fire, 0, 0)
+        kind = self._kinds.get(key)
+        if kind is not None and kind.checked >= VERIFY_FIRES:
+            template = kind.template
+            if template is None:
+                return self._by_celery(fire)[0]
+            payload = template.payload(fire, self.channel._next_delivery_tag())
+            return tuple((queue, payload) for queue in template.keys)
+        commands, message, embed = self._by_celery(fire)
+        if kind is None:
+            if len(self._kinds) >= MAX_KINDS:
+                self._kinds.clear()
+            kind = self._kinds[key] = _Kind(self._template(fire, message, embed, commands), ())
+        if kind.template is not None and message is not None:
+            if kind.template.payload(fire, message["properties"]["delivery_tag"]) == commands[0][1]:
+                kind.checked += 1
+            else:
+                kind.template = None
+        if kind.template is None:
+            kind.checked = VERIFY_FIRES  # Celery builds every fire of this kind
+        return commands
+
+    def _template(self, fire: Fire, message: dict | None, embed: Any,
+                  commands: tuple[tuple[str, str], ...]) -> RedisTemplate | None:
+        if message is None or not commands:
+            return None
+        try:
+            return RedisTemplate(self.app, str(fire.id), message, embed, tuple(q for q, _ in commands))
+        except (NotTemplatable, AttributeError, TypeError, ValueError, KeyError):
+            return None
+
+    def _by_celery(self, fire: Fire) -> tuple[tuple[tuple[str, str], ...], dict | None, Any]:
+        """(commands, the message as the transport augmented it, the body's embed) by Celery's own publish."""
         self._declared.clear()
         self._capture.captured = None
-        send_fire(self.app, self._producer, fire, sent_event=False)
+        built = build_message(self.app, fire, sent_event=False)
+        embed = built.message.body[2] if isinstance(built.message.body, tuple) else None
+        send_message(self.app, self._producer, built)
         if self._capture.captured is None:
             raise RuntimeError("Celery's send_task_message published nothing")
         for entity in self._declared:
@@ -92,12 +136,12 @@ class RedisRoad:
         message, exchange, routing_key = self._capture.captured
         queues = self._queues(exchange, routing_key)
         if queues is None:
-            return ()
+            return (), None, None
         channel = self.channel
         channel._inplace_augment_message(message, exchange, routing_key)
         priority = channel._get_message_priority(message, reverse=False)
         payload = dumps(message)
-        return tuple((channel._q_for_pri(queue, priority), payload) for queue in queues)
+        return tuple((channel._q_for_pri(queue, priority), payload) for queue in queues), message, embed
 
     def _queues(self, exchange: str, routing_key: str) -> list[str] | None:
         """The queues a message goes to, as the transport routes it; None where Celery's path must go."""
@@ -113,25 +157,63 @@ class RedisRoad:
         return self._routes[key]
 
     def push(self, outgoing: Sequence[Outgoing]) -> tuple[list, list[tuple[Fire, str]], BaseException | None]:
-        """LPUSH every fire's commands: (ids sent, (fire, reason) refused, connection error or None)."""
+        """LPUSH every fire's commands: (ids sent, (fire, reason) refused, connection error or None).
+
+        The commands go out packed as RESP (``_pack``) in rounds of at most CHUNK
+        commands or CHUNK_BYTES, one write each, then one reply is read per
+        command: what redis-py's pipeline does, without its per-command Python.
+        """
         sent: list = []
         failed: list[tuple[Fire, str]] = []
-        client = self.channel.client
-        for start in range(0, len(outgoing), CHUNK):
-            chunk = outgoing[start:start + CHUNK]
-            pipe = client.pipeline(transaction=False)
-            for item in chunk:
-                for key, payload in item.pushes:
-                    pipe.lpush(key, payload)
-            try:
-                results = iter(pipe.execute(raise_on_error=False))
-            except Exception as exc:  # the connection: nothing of this chunk on is known to be queued
-                failed.extend((o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing[start:])
-                return sent, failed, exc
-            for item in chunk:
-                errors = [r for r in (next(results) for _ in item.pushes) if isinstance(r, Exception)]
-                if errors:
-                    failed.append((item.fire, f"{type(errors[0]).__name__}: {errors[0]}"[:1000]))
-                else:
-                    sent.append(item.fire.id)
+        pool = self.channel.client.connection_pool
+        conn = _connection(pool)
+        try:
+            start = 0
+            while start < len(outgoing):
+                packed, end, size = [], start, 0
+                while end < len(outgoing) and len(packed) < CHUNK and size < CHUNK_BYTES:
+                    for key, payload in outgoing[end].pushes:
+                        packed.append(self._pack(key, payload))
+                        size += len(packed[-1])
+                    end += 1
+                try:
+                    conn.send_packed_command([b"".join(packed)], check_health=False)
+                    replies = iter([_reply(conn) for _ in packed])
+                except Exception as exc:  # the connection: nothing of this round on is known to be queued
+                    conn.disconnect()
+                    failed.extend((o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing[start:])
+                    return sent, failed, exc
+                for item in outgoing[start:end]:
+                    errors = [r for r in (next(replies) for _ in item.pushes) if isinstance(r, Exception)]
+                    if errors:
+                        failed.append((item.fire, f"{type(errors[0]).__name__}: {errors[0]}"[:1000]))
+                    else:
+                        sent.append(item.fire.id)
+                start = end
+        finally:
+            pool.release(conn)
         return sent, failed, None
+
+    def _pack(self, key: str, payload: str | bytes) -> bytes:
+        """``LPUSH key payload`` in RESP, as redis-py would encode it (UTF-8)."""
+        head = self._heads.get(key)
+        if head is None:
+            name = key.encode()
+            head = self._heads[key] = b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%s\r\n" % (len(name), name)
+        data = payload.encode() if isinstance(payload, str) else payload
+        return b"%s$%d\r\n%s\r\n" % (head, len(data), data)
+
+
+def _connection(pool: Any) -> Any:
+    try:
+        return pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants a command name
+        return pool.get_connection("LPUSH")
+
+
+def _reply(conn: Any) -> Any:
+    """One reply; a command Redis refused gives its error instead of raising it."""
+    try:
+        return conn.read_response()
+    except ResponseError as exc:
+        return exc

@@ -1,4 +1,4 @@
-"""A fire's AMQP frames from cached pieces of Celery's own message for fires of its kind.
+"""A fire's message from cached pieces of Celery's own message for fires of its kind.
 
 Fires of one *kind* (task, schedule options, payload shape, channel) make
 messages that differ in a few places only: the task id (``id``, ``root_id``,
@@ -6,18 +6,23 @@ the ledger header, ``correlation_id``), ``argsrepr``/``kwargsrepr``, the
 ``_schedule`` header and the body. A ``Template`` keeps everything else as the
 bytes py-amqp wrote for a fire Celery built in full, and encodes only those
 places per fire: about a fifth of the cost of running ``send_task_message``
-and py-amqp's header-table encoder per fire (bench/bench_encode.py).
+and py-amqp's header-table encoder per fire.
 
 Templates are checked, never trusted: ``fastpath.Encoder`` builds the first
 fires of each kind both ways and keeps the template only when the bytes are
 identical; a kind whose message depends on the fire elsewhere (an ``expires``
 counted from the instant, compression, another protocol, a serializer that
 does not round-trip) fails that check and is always built by Celery.
+
+``RedisTemplate`` does the same for kombu's Redis transport, whose message is a
+JSON document: the captured dict with the per-fire places replaced, dumped as
+the transport dumps it (``fastpath_redis.RedisRoad`` checks it the same way).
 """
 
 from __future__ import annotations
 
 import json
+from base64 import b64encode
 from struct import Struct
 from typing import Any
 
@@ -27,6 +32,7 @@ from amqp.serialization import dumps
 from celery.utils.saferepr import saferepr
 from kombu.serialization import dumps as serialize
 from kombu.serialization import registry
+from kombu.utils.json import dumps as json_dumps
 
 from .payload import LEDGER_HEADER, SCHEDULE_HEADER, task_arguments
 
@@ -83,6 +89,15 @@ class NotTemplatable(ValueError):
     """The captured message has a part that depends on the fire where a template cannot follow it."""
 
 
+def _check_templatable(headers: dict, props: dict, fire_id: str) -> None:
+    """Refuse a message whose fixed parts would differ per fire, or whose id is not where Celery puts it."""
+    if "compression" in headers or any(headers.get(k) is not None for k in TIMED_HEADERS):
+        raise NotTemplatable("a compressed or timed message")
+    if any(headers.get(k) != fire_id for k in ID_HEADERS if k in headers) \
+            or props.get("correlation_id") != fire_id:
+        raise NotTemplatable("the task id is not where Celery puts it")
+
+
 class Template:
     """The frames of one kind's messages, all but the per-fire places encoded once."""
 
@@ -90,20 +105,10 @@ class Template:
                  channel_id: int, frame_max: int) -> None:
         props = dict(message.properties)
         headers = props.get("application_headers") or {}
-        if "compression" in headers or any(headers.get(k) is not None for k in TIMED_HEADERS):
-            raise NotTemplatable("a compressed or timed message")
-        if any(headers.get(k) != fire_id for k in ID_HEADERS if k in headers) \
-                or props.get("correlation_id") != fire_id:
-            raise NotTemplatable("the task id is not where Celery puts it")
+        _check_templatable(headers, props, fire_id)
         self.channel_id = channel_id
         self.chunk = frame_max - 8
-        self.argsrepr_max = app.amqp.argsrepr_maxsize
-        self.kwargsrepr_max = app.amqp.kwargsrepr_maxsize
-        self.repr_levels = app.conf.task_repr_maxlevels
-        self.content_encoding = props.get("content_encoding") or "utf-8"
-        self.serializer = _serializer_of(props.get("content_type"))
-        self.embed = embed
-        self._reprs: dict[bytes, tuple[bytes, bytes]] = {}
+        self.parts = FireParts(app, props.get("content_type"), props.get("content_encoding"), embed)
         # The header table: runs of fixed entries as bytes, per-fire entries by name.
         self.table: list[bytes | str] = []
         fixed: list[bytes] = []
@@ -143,19 +148,8 @@ class Template:
 
     def frames(self, fire: Any) -> bytes:
         """The frames of ``fire``'s message (a fire of this template's kind)."""
-        args, kwargs = task_arguments(fire.payload)
         fire_id = str(fire.id)
-        body = serialize((args, kwargs, self.embed), serializer=self.serializer)[2]
-        if isinstance(body, str):
-            body = body.encode(self.content_encoding)
-        reprs = self._reprs.get(body)
-        if reprs is None:
-            if len(self._reprs) >= MAX_REPRS:
-                self._reprs.clear()
-            # As Celery's as_task_v2 writes them: empty arguments as () and {}.
-            reprs = self._reprs[body] = (
-                _str_item("argsrepr", saferepr(args or (), self.argsrepr_max, maxlevels=self.repr_levels)),
-                _str_item("kwargsrepr", saferepr(kwargs or {}, self.kwargsrepr_max, maxlevels=self.repr_levels)))
+        body, reprs = self.parts.of(fire, _amqp_reprs)
         parts = []
         for part in self.table:
             if type(part) is bytes:
@@ -179,6 +173,81 @@ class Template:
             piece = body[i:i + self.chunk]
             out += [_FRAME.pack(3, channel, len(piece)), piece, _FRAME_END]
         return b"".join(out)
+
+
+def _amqp_reprs(argsrepr: str, kwargsrepr: str) -> tuple[bytes, bytes]:
+    return _str_item("argsrepr", argsrepr), _str_item("kwargsrepr", kwargsrepr)
+
+
+
+class FireParts:
+    """The per-fire body of a kind's messages and its argsrepr/kwargsrepr, as Celery makes them.
+
+    ``of(fire, shape)`` serializes the body and gives the reprs in the form ``shape``
+    makes of them, remembered by body (saferepr is the dearest part of a message).
+    """
+
+    def __init__(self, app: Any, content_type: Any, content_encoding: Any, embed: Any) -> None:
+        self.argsrepr_max = app.amqp.argsrepr_maxsize
+        self.kwargsrepr_max = app.amqp.kwargsrepr_maxsize
+        self.repr_levels = app.conf.task_repr_maxlevels
+        self.content_encoding = content_encoding or "utf-8"
+        self.serializer = _serializer_of(content_type)
+        self.embed = embed
+        self._reprs: dict[bytes, Any] = {}
+
+    def of(self, fire: Any, shape: Any) -> tuple[bytes, Any]:
+        """(body bytes, ``shape(argsrepr, kwargsrepr)``) of ``fire``'s message."""
+        args, kwargs = task_arguments(fire.payload)
+        body = serialize((args, kwargs, self.embed), serializer=self.serializer)[2]
+        if isinstance(body, str):
+            body = body.encode(self.content_encoding)
+        reprs = self._reprs.get(body)
+        if reprs is None:
+            if len(self._reprs) >= MAX_REPRS:
+                self._reprs.clear()
+            # As Celery's as_task_v2 writes them: empty arguments as () and {}.
+            reprs = self._reprs[body] = shape(
+                saferepr(args or (), self.argsrepr_max, maxlevels=self.repr_levels),
+                saferepr(kwargs or {}, self.kwargsrepr_max, maxlevels=self.repr_levels))
+        return body, reprs
+
+
+class RedisTemplate:
+    """One kind's messages as kombu's Redis transport writes them: the captured message (a dict, after the
+    transport's augmenting) with the per-fire places replaced, then dumped as the transport dumps it."""
+
+    def __init__(self, app: Any, fire_id: str, message: dict, embed: Any, keys: tuple[str, ...]) -> None:
+        headers = message.get("headers") or {}
+        props = message.get("properties") or {}
+        _check_templatable(headers, props, fire_id)
+        if props.get("body_encoding") != "base64" or "delivery_tag" not in props:
+            raise NotTemplatable("a body encoding the template does not follow")
+        self.keys = keys
+        self.message, self.headers, self.props = dict(message), dict(headers), dict(props)
+        self.ids = [k for k in ID_HEADERS if k in headers]
+        self.schedule = SCHEDULE_HEADER in headers
+        self.parts = FireParts(app, message.get("content-type"), message.get("content-encoding"), embed)
+
+    def payload(self, fire: Any, delivery_tag: str) -> str:
+        """The JSON text LPUSHed for ``fire`` (a fire of this template's kind)."""
+        fire_id = str(fire.id)
+        body, (argsrepr, kwargsrepr) = self.parts.of(fire, _pair)
+        headers = self.headers.copy()
+        for key in self.ids:
+            headers[key] = fire_id
+        headers["argsrepr"], headers["kwargsrepr"] = argsrepr, kwargsrepr
+        if self.schedule:
+            headers[SCHEDULE_HEADER] = fire.payload[SCHEDULE_HEADER]
+        props = self.props.copy()
+        props["correlation_id"], props["delivery_tag"] = fire_id, delivery_tag
+        message = self.message.copy()
+        message["body"], message["headers"], message["properties"] = b64encode(body).decode(), headers, props
+        return json_dumps(message)
+
+
+def _pair(argsrepr: str, kwargsrepr: str) -> tuple[str, str]:
+    return argsrepr, kwargsrepr
 
 
 def _serializer_of(content_type: Any) -> str:

@@ -12,6 +12,7 @@ import redis
 from celery import Celery
 
 from runledger_beat.dispatch import Dispatcher
+from runledger_beat.fastpath import VERIFY_FIRES
 from runledger_beat.fires import Fire, Outgoing
 
 from .e2e import prepare
@@ -69,13 +70,18 @@ def test_the_redis_fast_path_writes_what_kombu_writes(redis_url, queues):
              _fire("options", {"priority": 5, "expires": 30, "headers": {"x-trace": "abc"},
                                "time_limit": 10, "soft_time_limit": 5, "ignore_result": True}),
              _fire("other-queue", {"queue": other}),
-             _fire("wrapped", payload={"payload": [1, 2], "_schedule": {"schedule_name": "wrapped"}})]
+             _fire("wrapped", payload={"payload": [1, 2], "_schedule": {"schedule_name": "wrapped"}}),
+             # Past VERIFY_FIRES of one kind the rest come from its template (message_template.RedisTemplate).
+             *[_fire(f"templated-{i}", payload={"args": [i, "é" * i], "kwargs": {"n": i},
+                                                "_schedule": {"schedule_name": f"t{i}"}}) for i in range(5)]]
     app = _app(redis_url, main)
     fast, stock = Dispatcher(app, fast=True), Dispatcher(app, fast=False)
     try:
         assert fast.road() == "redis" and stock.road() == "celery"
         prepared = fast.prepare(fires)
         assert all(o.pushes for o in prepared)  # built and encoded ahead of the instant
+        kinds = fast._redis_road()._kinds.values()
+        assert any(k.template is not None and k.checked >= VERIFY_FIRES for k in kinds)
         result = _publish(fast, prepared)
         assert sorted(result.sent) == sorted(f.id for f in fires) and not result.failed
         by_fast = _raw(redis_url, queues)
