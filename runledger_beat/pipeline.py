@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -112,7 +113,7 @@ class Prepared:
     commit_at: float         # local wall-clock time of the earliest fire
     outgoing: list[Outgoing]
     last: datetime           # the latest fire's instant
-    parked: SpillFile | None = None  # fires past MAX_PREPARED, encoded, on disk (the RabbitMQ fast path)
+    parked: SpillFile | None = None  # fires past MAX_PREPARED, encoded, on disk (a fast path: RabbitMQ or Redis)
     spilled: PackedIds = field(default_factory=PackedIds)  # fires past MAX_PREPARED by id (the other roads)
     spilled_overlap: list[Fire] = field(default_factory=list)  # fires of both an overlap policy may hold back
     spilled_range: tuple[datetime, datetime] | None = None    # the instants of those kept by id
@@ -142,6 +143,7 @@ class FirePipeline:
         self._contended = False    # the last claim found due rows all locked by other beats
         self._claims_left = False  # the last claim pass came back full: more may be due in the lookahead
         self._unmarked: PackedIds | None = None  # confirmed fires whose mark waits (see _publish_spilled)
+        self._to_mark = PackedIds()  # confirmed fires whose mark waits for the rest of their burst (_settle)
         self._next_sweep = 0.0
         self._next_hook_warning = 0.0
         self._next_prune = 0.0
@@ -340,12 +342,12 @@ class FirePipeline:
             self._spill(self.prepared, rest)
 
     def _spill(self, prepared: Prepared, fires: list[Fire]) -> None:
-        """Park the fires encoded on the RabbitMQ fast path; keep the others (any road) by id."""
+        """Park the fires encoded on a fast path; keep the others (any road) by id."""
         by_id = fires
-        if not self.broker_backoff.failing and self.dispatcher.road() == "amqp":
+        if not self.broker_backoff.failing and self.dispatcher.road() in ("amqp", "redis"):
             by_id = []
             for item in self.dispatcher.prepare(fires):
-                if item.frames is None:
+                if item.frames is None and not item.pushes:
                     by_id.append(item.fire)  # its message could not be built now: tried again after the commit
                     continue
                 if prepared.parked is None:
@@ -365,7 +367,20 @@ class FirePipeline:
         return instant.timestamp() - self._clock_offset
 
     def _commit_prepared(self) -> None:
-        """Commit the open transaction at its instant and publish what is due; hold the rest."""
+        """Commit the open transaction at its instant and publish what is due; hold the rest.
+
+        Cyclic garbage collection is off meanwhile: an instant's objects are acyclic (reference counting
+        frees them), and a collection over beat's whole heap in the middle of a burst costs more than the burst.
+        """
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._commit_and_publish()
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _commit_and_publish(self) -> None:
         prepared, self.prepared = self.prepared, None
         assert prepared is not None
         self._learn_rate()
@@ -378,21 +393,22 @@ class FirePipeline:
         self.after_commit()
         if cancelled:
             self._revoke(cancelled)
-        outgoing, prepared.outgoing = prepared.outgoing, []  # each fire is let go once confirmed
-        self._release(outgoing, skipped, prepared.last)
-        del outgoing
         if skipped:
             self.metrics.fired("skipped", len(skipped))
             log.info("runledger: held back %d fire(s) (skipped or buffered): previous run still queued or running",
                      len(skipped))
+        outgoing, prepared.outgoing = prepared.outgoing, []  # each fire is let go once confirmed
         if prepared.parked is not None or prepared.spilled:
-            self._publish_spilled(prepared, skipped)
+            self._publish_spilled(prepared, outgoing, skipped)
+        else:
+            self._release(outgoing, skipped, prepared.last)
 
-    def _publish_spilled(self, prepared: Prepared, skipped: set[uuid.UUID]) -> None:
-        """Publish the committed fires past MAX_PREPARED, a chunk at a time: the parked ones as they were
-        encoded, then those kept by id, read back and built (the broker taking one chunk while the next is read).
-        Those an overlap policy held back are left out. If beat stops half way, the recovery sweep publishes the
-        rest (the rows are committed, pending).
+    def _publish_spilled(self, prepared: Prepared, outgoing: list[Outgoing], skipped: set[uuid.UUID]) -> None:
+        """Publish the committed fires of an instant bigger than beat holds, a chunk at a time: those in memory
+        (``outgoing``, emptied as it goes), the parked ones as they were encoded, then those kept by id, read
+        back and built (the broker taking one chunk while the next is read). Those an overlap policy held back
+        are left out. If beat stops half way, the recovery sweep publishes the rest (the rows are committed,
+        pending).
 
         The confirmed are marked sent after the last chunk: the UPDATEs would otherwise take the database's
         share of the machine from the broker while it works (a crash in between republishes them, as any
@@ -400,6 +416,8 @@ class FirePipeline:
         """
         self._unmarked = PackedIds()
         try:
+            self._release(outgoing, skipped, prepared.last)
+            outgoing.clear()
             if prepared.parked is not None:
                 try:
                     for chunk in prepared.parked.chunks(SPILL_CHUNK):
@@ -558,7 +576,12 @@ class FirePipeline:
         log.info("runledger: sending %d fire(s)%s%s", len(outgoing), names, late)
 
     def _settle(self, wait: bool = True, timeout: float = CONFIRM_TIMEOUT) -> None:
-        """Mark sent what the broker confirmed; keep failed fires pending (and in memory on an outage)."""
+        """Mark sent what the broker confirmed; keep failed fires pending (and in memory on an outage).
+
+        While fires are still in flight the marks wait (without ``wait``): the UPDATEs would take the
+        database's share of the machine from the broker mid-burst. They are made once nothing is in flight,
+        at the latest at the next settle that waits (every pass of the loop ends with one).
+        """
         result = self.dispatcher.collect(wait, timeout)
         if result.sent:
             for fire_id in result.sent:
@@ -566,12 +589,13 @@ class FirePipeline:
             confirmed_at = time.time()
             instants = [self._instants.pop(fire_id, None) for fire_id in result.sent]
             self.after_publish()
-            if self._unmarked is not None:
-                self._unmarked.extend(result.sent)
-            else:
-                self.ledger.mark_sent(result.sent)
+            (self._unmarked if self._unmarked is not None else self._to_mark).extend(result.sent)
             if self.metrics.enabled:
                 self._observe_sent(instants, confirmed_at)
+        if len(self._to_mark) and (wait or not self.dispatcher.in_flight()):
+            to_mark, self._to_mark = self._to_mark, PackedIds()
+            for start in range(0, len(to_mark), MARK_CHUNK):
+                self.ledger.mark_sent(to_mark.slice(start, start + MARK_CHUNK))
         if result.error is not None:
             self.broker_backoff.failed(safe_error(result.error))
         elif result.sent:

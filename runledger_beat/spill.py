@@ -4,13 +4,14 @@ An instant of 100,000 fires is recorded ahead in one open transaction, but a
 beat keeps only the first ``MAX_PREPARED`` of them in memory (pipeline.py).
 The others take one of two forms:
 
-* ``SpillFile``: on the RabbitMQ fast path a fire's AMQP frames are encoded
-  ahead like any other, then written to an unlinked temporary file, with its
-  id, instant, size, channel and entities to declare in compact arrays (about
-  40 bytes a fire in memory). At the instant they are read back in chunks and
-  written to the broker as they are: no Python work per fire beyond the
-  bookkeeping, so the burst runs at the broker's pace while beat's memory stays
-  flat (the frames sit in the page cache, not in beat).
+* ``SpillFile``: on a fast path a fire's message is encoded ahead like any
+  other (AMQP frames on RabbitMQ, the JSON text LPUSHed on Redis), then written
+  to an unlinked temporary file, with its id, instant, size, channel and route
+  (entities to declare, or Redis lists) in compact arrays (about 40 bytes a
+  fire in memory). At the instant they are read back in chunks and written to
+  the broker as they are: no Python work per fire beyond the bookkeeping, so
+  the burst runs at the broker's pace while beat's memory stays flat (the
+  messages sit in the page cache, not in beat).
 * ids only (16 bytes a fire) on every other road, read back from the ledger
   after the commit (``Store.read_spilled``) and built then.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import tempfile
 import uuid
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
 from .fires import Fire, Outgoing
@@ -63,8 +64,31 @@ class PackedIds:
 
     def slice(self, start: int, end: int) -> list[uuid.UUID]:
         """The ids at positions ``start`` up to ``end`` (exclusive, clipped to the length)."""
-        data = self._data
-        return [uuid.UUID(bytes=bytes(data[i:i + 16])) for i in range(16 * start, 16 * min(end, len(self)), 16)]
+        data, from_int = self._data, int.from_bytes
+        return [_uuid_of_int(from_int(data[i:i + 16])) for i in range(16 * start, 16 * min(end, len(self)), 16)]
+
+
+def _fast_uuid_of_int(value: int) -> uuid.UUID:
+    """``uuid.UUID(int=value)`` without its argument checks (a third of a burst's bookkeeping otherwise)."""
+    made = object.__new__(uuid.UUID)
+    object.__setattr__(made, "int", value)
+    object.__setattr__(made, "is_safe", uuid.SafeUUID.unknown)
+    return made
+
+
+def _checked_uuid_of_int() -> Callable[[int], uuid.UUID]:
+    """The fast constructor where it makes what ``uuid.UUID`` makes on this Python, else ``uuid.UUID`` itself."""
+    sample = uuid.uuid4()
+    try:
+        made = _fast_uuid_of_int(sample.int)
+        if made == sample and hash(made) == hash(sample) and str(made) == str(sample) and made.bytes == sample.bytes:
+            return _fast_uuid_of_int
+    except (AttributeError, TypeError):
+        pass
+    return lambda value: uuid.UUID(int=value)
+
+
+_uuid_of_int = _checked_uuid_of_int()
 
 
 class SpillFile:
@@ -76,30 +100,35 @@ class SpillFile:
         self._sizes = array("I")
         self._instants = array("d")
         self._channels = array("H")
-        self._declares = array("H")
-        self._declare_sets: list[tuple] = []
-        self._declare_index: dict[tuple, int] = {}
+        self._route_of = array("H")
+        self._routes: list[tuple[bool, tuple]] = []  # (True, entities to declare) or (False, Redis lists)
+        self._route_index: dict[tuple, int] = {}
 
     def __len__(self) -> int:
         return len(self._sizes)
 
     def add(self, item: Outgoing) -> None:
-        """Park one encoded fire (``item.frames`` set, its instant known)."""
-        assert item.frames is not None and item.fire.scheduled_for is not None
-        key = tuple(map(id, item.declare))
-        index = self._declare_index.get(key)
+        """Park one encoded fire (``item.frames`` or ``item.pushes`` set, its instant known)."""
+        assert (item.frames is not None or item.pushes) and item.fire.scheduled_for is not None
+        if item.frames is not None:
+            data, route, key = item.frames, (True, item.declare), (True, tuple(map(id, item.declare)))
+        else:
+            payload = item.pushes[0][1]  # the same message for each of the fire's queues
+            data = payload.encode() if isinstance(payload, str) else payload
+            route = key = (False, tuple(queue for queue, _ in item.pushes))
+        index = self._route_index.get(key)
         if index is None:
-            index = self._declare_index[key] = len(self._declare_sets)
-            self._declare_sets.append(item.declare)
-        self._file.write(item.frames)
+            index = self._route_index[key] = len(self._routes)
+            self._routes.append(route)
+        self._file.write(data)
         self._ids.add(item.fire.id)
-        self._sizes.append(len(item.frames))
+        self._sizes.append(len(data))
         self._instants.append(item.fire.scheduled_for.timestamp())
         self._channels.append(item.channel_id)
-        self._declares.append(index)
+        self._route_of.append(index)
 
     def chunks(self, size: int) -> Iterator[list[Outgoing]]:
-        """The parked fires, ``size`` at a time, ready to send (each fire's frames as written)."""
+        """The parked fires, ``size`` at a time, ready to send (each fire's frames or commands as written)."""
         self._file.seek(0)
         instants: dict[float, datetime] = {}
         for start in range(0, len(self), size):
@@ -113,10 +142,13 @@ class SpillFile:
                 if when is None:
                     when = instants[at] = datetime.fromtimestamp(at, timezone.utc)
                 fire = Fire(ids[k - start], None, None, "", PARKED, {}, when)
-                frames = bytes(data[offset:offset + self._sizes[k]])
+                blob = bytes(data[offset:offset + self._sizes[k]])
                 offset += self._sizes[k]
-                out.append(Outgoing(fire, frames=frames, channel_id=self._channels[k],
-                                    declare=self._declare_sets[self._declares[k]]))
+                amqp, route = self._routes[self._route_of[k]]
+                if amqp:
+                    out.append(Outgoing(fire, frames=blob, channel_id=self._channels[k], declare=route))
+                else:
+                    out.append(Outgoing(fire, pushes=tuple((queue, blob) for queue in route)))
             yield out
 
     def close(self) -> None:

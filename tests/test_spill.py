@@ -34,3 +34,20 @@ def test_parked_fires_come_back_in_order_with_their_frames_instants_and_entities
     assert [o.channel_id for o in back] == [o.channel_id for o in items]
     assert all(b.declare is o.declare for b, o in zip(back, items, strict=True))
     assert all(is_parked(o.fire) for o in back) and not any(is_parked(o.fire) for o in items)
+
+
+def test_parked_redis_commands_come_back_with_their_lists():
+    items = [Outgoing(Fire(uuid.uuid4(), uuid.uuid4(), f"s{i}", "t", {"args": [i]}, {}, AT),
+                      pushes=tuple((queue, f'{{"n": {i}, "text": "{"é" * i}"}}') for queue in
+                                   (("celery",) if i % 2 else ("a", "b\x06\x169"))))
+             for i in range(7)]
+    spill = SpillFile()
+    try:
+        for item in items:
+            spill.add(item)
+        back = [o for c in spill.chunks(3) for o in c]
+    finally:
+        spill.close()
+    assert [o.fire.id for o in back] == [o.fire.id for o in items]
+    assert [tuple((q, p.decode()) for q, p in o.pushes) for o in back] == [o.pushes for o in items]
+    assert all(o.frames is None and is_parked(o.fire) for o in back)
