@@ -128,6 +128,10 @@ class DepthProbe:
     def __call__(self) -> int:
         return self.channel.queue_declare(self.queue, passive=True).message_count
 
+    def purge(self) -> int:
+        """Empty the queue; returns how many messages it held."""
+        return self.channel.queue_purge(self.queue) or 0
+
     def close(self) -> None:
         self.conn.release()
 
@@ -142,6 +146,12 @@ class RedisDepthProbe:
 
     def __call__(self) -> int:
         return self.client.llen(self.queue)
+
+    def purge(self) -> int:
+        """Empty the queue's list; returns how many messages it held."""
+        with self.client.pipeline() as pipe:
+            held, _ = pipe.llen(self.queue).delete(self.queue).execute()
+        return held
 
     def drop(self) -> None:
         self.client.delete(self.queue)

@@ -49,10 +49,23 @@ def _ratio(burst: dict, per_s: float, key: str = "fires_per_s") -> dict:
     return dict(burst, baseline_per_s=per_s, ratio=round(burst[key] / per_s, 3))
 
 
+def _bracketed(baseline, run):
+    """``run()`` between two measurements of its baseline: (its result, their mean, both).
+
+    One baseline measurement moves by up to 70 % from the next on this machine (RabbitMQ's
+    ingest above all); the mean of one just before and one just after the run halves that.
+    """
+    before = baseline()
+    result = run()
+    after = baseline()
+    return result, statistics.mean((before, after)), [before, after]
+
+
 def _amqp_burst(n: int, beats: int, **kwargs) -> dict:
-    """A RabbitMQ burst with the broker ceiling measured just before it (the ratio's baseline)."""
-    ceiling = bench_limits.broker_ceiling(10_000)["per_s"]
-    run = _ratio(bench_burst.burst(n, beats, **kwargs), ceiling)
+    """A RabbitMQ burst between two measurements of the broker ceiling (the ratio's baseline)."""
+    burst, ceiling, both = _bracketed(lambda: bench_limits.broker_ceiling(10_000)["per_s"],
+                                      lambda: bench_burst.burst(n, beats, **kwargs))
+    run = dict(_ratio(burst, ceiling), baseline_runs=both)
     if run.get("steady_s"):
         run["steady_ratios"] = [round(n / s / ceiling, 3) for s in run["steady_s"]]
     if n > 10_000:  # also against the ceiling for as many messages: RabbitMQ itself slows as its queue grows
@@ -62,16 +75,18 @@ def _amqp_burst(n: int, beats: int, **kwargs) -> dict:
 
 
 def _redis_burst(n: int, size: int) -> dict:
-    """A Redis burst with pipelined LPUSH of equal-size messages measured just before it."""
-    lpush = 10_000 / bench_redis.raw_lpush(10_000, size)
-    return _ratio(bench_burst.burst(n, 1, broker="redis"), lpush)
+    """A Redis burst between two measurements of pipelined LPUSH of equal-size messages."""
+    burst, lpush, both = _bracketed(lambda: 10_000 / bench_redis.raw_lpush(10_000, size),
+                                    lambda: bench_burst.burst(n, 1, broker="redis"))
+    return dict(_ratio(burst, lpush), baseline_runs=both)
 
 
 def _celery_path_burst() -> dict:
-    """The 10k burst with a before_task_publish receiver connected, with Celery's send_task just before it."""
-    send_task = bench_limits.send_task(10_000)["per_s"]
-    run = _ratio(bench_burst.burst(10_000, 1, env_extra={"BENCH_RECEIVER": "1"}), send_task)
-    return dict(run, variant="Celery path (a before_task_publish receiver connected)")
+    """The 10k burst with a before_task_publish receiver connected, between two runs of Celery's send_task."""
+    burst, send_task, both = _bracketed(lambda: bench_limits.send_task(10_000)["per_s"],
+                                        lambda: bench_burst.burst(10_000, 1, env_extra={"BENCH_RECEIVER": "1"}))
+    return dict(_ratio(burst, send_task), baseline_runs=both,
+                variant="Celery path (a before_task_publish receiver connected)")
 
 
 def collect(args: argparse.Namespace) -> dict:
@@ -225,7 +240,7 @@ def tables(out: dict) -> str:
                      f"{r['runs']} ({r['min_s']}–{r['max_s']}) | {r['peak_rss_mb']} MB | {r['duplicates_any_run']} |")
     if out.get("redis"):
         lines += ["", "The same bursts on Redis (one beat; baseline: pipelined LPUSH of equal-size messages, "
-                      "measured just before each run):",
+                      "the mean of one measured just before and one just after each run):",
                   "", "| N | s after the instant (median) | fires/s | runs (min–max s) | ÷ LPUSH | peak RSS |",
                   "|---|---|---|---|---|---|"]
         for r in out["redis"]:
