@@ -1,6 +1,6 @@
 """Run every benchmark in one go: JSON lines as they come, then markdown tables and bench/burst.png.
 
-    .venv/bin/python bench/run.py            # everything, as in the README (about 25 minutes: the anchors are slow)
+    .venv/bin/python bench/run.py            # everything, as in the README (about 32 minutes; --anchors adds 15)
     .venv/bin/python bench/run.py --quick    # a smaller pass: N 1k/10k, one repeat, anchors at 1k, lag 60 s
 
 Needs the bench extras (`pip install -e .[dev,bench]`) and the services the
