@@ -140,7 +140,7 @@ class Dispatcher:
         """Drop the broker connection (after an error, or at shutdown)."""
         if self._conn is not None:
             with contextlib.suppress(Exception):
-                self._conn.release()
+                fastpath.release_within(self._conn)
         self._conn = None
         self._producer = None
         self._fast = None

@@ -51,8 +51,10 @@ from .messages import BuiltMessage, build_message, send_message
 CHUNK_MESSAGES = 500
 #: Messages allowed in flight without a publisher confirm.
 WINDOW_MESSAGES = 5000
-#: Seconds to wait for the broker's confirms (or for a blocked socket write).
+#: Seconds to wait for the broker's confirms (or for a blocked socket write, or a reply to a channel method).
 CONFIRM_TIMEOUT = 10.0
+#: Seconds a goodbye to the broker (closing a channel or the connection) may take before the socket is dropped.
+CLOSE_TIMEOUT = 2.0
 _PUBLISH_ARGS = "Bssbb"  # basic.publish: ticket, exchange, routing_key, mandatory, immediate
 #: Fires of a kind built by Celery in full, and compared byte for byte with the kind's template, before the
 #: template alone builds them.
@@ -79,6 +81,22 @@ def is_connection_error(exc: BaseException, conn: Any) -> bool:
         return isinstance(exc, tuple(conn.connection_errors)) and not isinstance(exc, tuple(conn.channel_errors))
     except Exception:
         return False
+
+
+def release_within(kombu_conn: Any, timeout: float = CLOSE_TIMEOUT) -> None:
+    """Release ``kombu_conn``; on py-amqp its goodbyes to the broker get ``timeout`` seconds in all.
+
+    Behind a network partition the broker never answers Channel.Close or
+    Connection.Close, and py-amqp would wait for the reply forever (a read with
+    no timeout): beat would stop recording fires until the partition healed.
+    """
+    sock = None
+    with contextlib.suppress(Exception):
+        if supported(kombu_conn) and kombu_conn.connected:
+            sock = kombu_conn.connection.transport.sock
+    if sock is not None:
+        sock.settimeout(timeout)  # the connection is being closed: nothing restores it
+    kombu_conn.release()
 
 
 def retarget(frames: bytes, channel_id: int) -> bytes:
@@ -243,8 +261,9 @@ class ConfirmChannel:
 
     def __init__(self, kombu_conn: Any) -> None:
         self.connection = kombu_conn.connection  # the amqp.Connection
-        self.channel = self.connection.channel()
-        self.channel.confirm_select()
+        with self.connection.transport.having_timeout(CONFIRM_TIMEOUT):  # a partitioned broker never replies
+            self.channel = self.connection.channel()
+            self.channel.confirm_select()
         self.channel.events["basic_ack"].add(self._on_ack)
         self.channel.events["basic_nack"].add(self._on_nack)
         self.next_tag = 1
@@ -291,8 +310,18 @@ class ConfirmChannel:
 
     def _fail(self, exc: BaseException) -> None:
         self.error = exc
-        with contextlib.suppress(Exception):  # after a channel error py-amqp reopens it without confirm mode
-            self.channel.close()
+        if is_connection_error(exc, None):
+            # Gone, or stuck behind a partition (a confirm or a reply timed out): drop the socket without a
+            # word, since py-amqp's close would wait for the broker's reply forever.
+            with contextlib.suppress(Exception):
+                self.connection.collect()
+            return
+        try:  # after a channel error py-amqp reopens the channel without confirm mode: close it
+            with self.connection.transport.having_timeout(CLOSE_TIMEOUT):
+                self.channel.close()
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.connection.collect()
 
     def _read(self, until: Callable[[], bool], deadline: float) -> None:
         while not until():
@@ -316,8 +345,9 @@ class ConfirmChannel:
             return
         written = 0
         try:
-            self._declare(outgoing)
             transport = self.connection.transport
+            with transport.having_timeout(CONFIRM_TIMEOUT):
+                self._declare(outgoing)
             while written < len(outgoing):
                 chunk = outgoing[written:written + CHUNK_MESSAGES]
                 with transport.having_timeout(CONFIRM_TIMEOUT):
