@@ -179,7 +179,6 @@ def _amqp_reprs(argsrepr: str, kwargsrepr: str) -> tuple[bytes, bytes]:
     return _str_item("argsrepr", argsrepr), _str_item("kwargsrepr", kwargsrepr)
 
 
-
 class FireParts:
     """The per-fire body of a kind's messages and its argsrepr/kwargsrepr, as Celery makes them.
 

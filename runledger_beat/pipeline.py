@@ -142,8 +142,8 @@ class FirePipeline:
         self._clock_offset = 0.0   # database clock minus local wall clock, in seconds
         self._contended = False    # the last claim found due rows all locked by other beats
         self._claims_left = False  # the last claim pass came back full: more may be due in the lookahead
-        self._unmarked: PackedIds | None = None  # confirmed fires whose mark waits (see _publish_spilled)
         self._to_mark = PackedIds()  # confirmed fires whose mark waits for the rest of their burst (_settle)
+        self._holding_marks = False  # an instant bigger than beat holds is being published (_publish_spilled)
         self._next_sweep = 0.0
         self._next_hook_warning = 0.0
         self._next_prune = 0.0
@@ -414,7 +414,7 @@ class FirePipeline:
         share of the machine from the broker while it works (a crash in between republishes them, as any
         unmarked fire is).
         """
-        self._unmarked = PackedIds()
+        self._holding_marks = True
         try:
             self._release(outgoing, skipped, prepared.last)
             outgoing.clear()
@@ -427,10 +427,8 @@ class FirePipeline:
             if prepared.spilled:
                 self._read_back(prepared)
         finally:
-            unmarked, self._unmarked = self._unmarked, None
+            self._holding_marks = False
         self._settle(wait=True)
-        for start in range(0, len(unmarked), MARK_CHUNK):
-            self.ledger.mark_sent(unmarked.slice(start, start + MARK_CHUNK))
 
     def _read_back(self, prepared: Prepared) -> None:
         """Each chunk is read on the claims connection (idle between transactions now) by a helper thread while
@@ -580,7 +578,8 @@ class FirePipeline:
 
         While fires are still in flight the marks wait (without ``wait``): the UPDATEs would take the
         database's share of the machine from the broker mid-burst. They are made once nothing is in flight,
-        at the latest at the next settle that waits (every pass of the loop ends with one).
+        at the latest at the next settle that waits (every pass of the loop ends with one); while an instant
+        bigger than beat holds goes out, after its last chunk (``_publish_spilled``).
         """
         result = self.dispatcher.collect(wait, timeout)
         if result.sent:
@@ -589,10 +588,10 @@ class FirePipeline:
             confirmed_at = time.time()
             instants = [self._instants.pop(fire_id, None) for fire_id in result.sent]
             self.after_publish()
-            (self._unmarked if self._unmarked is not None else self._to_mark).extend(result.sent)
+            self._to_mark.extend(result.sent)
             if self.metrics.enabled:
                 self._observe_sent(instants, confirmed_at)
-        if len(self._to_mark) and (wait or not self.dispatcher.in_flight()):
+        if len(self._to_mark) and not self._holding_marks and (wait or not self.dispatcher.in_flight()):
             to_mark, self._to_mark = self._to_mark, PackedIds()
             for start in range(0, len(to_mark), MARK_CHUNK):
                 self.ledger.mark_sent(to_mark.slice(start, start + MARK_CHUNK))
