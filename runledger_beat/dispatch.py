@@ -174,7 +174,7 @@ class Dispatcher:
         except Exception as exc:
             log.debug("runledger: broker not reachable while preparing (%s); encoding later", exc)
             return outgoing
-        self._encode(outgoing, channel, report=False)
+        channel.declare_ahead(self._encode(outgoing, channel, report=False))
         return outgoing
 
     def _encode(self, outgoing: Sequence[Outgoing], channel: fastpath.ConfirmChannel,

@@ -22,8 +22,9 @@ Three pieces, each small:
 
 Why: building a Celery message costs ~35 µs and encoding its header table
 ~20 µs of pure Python. Done ahead of the fire's instant (see the scheduler's
-lookahead), the instant itself costs one ``sendall`` per chunk, and RabbitMQ's
-own ingest rate is the limit.
+lookahead), together with the declares their exchange and queue need
+(``declare_ahead``), the instant itself costs one ``sendall`` per chunk, and
+RabbitMQ's own ingest rate is the limit.
 """
 
 from __future__ import annotations
@@ -337,6 +338,18 @@ class ConfirmChannel:
                 entities.setdefault(id(entity), entity)
         for entity in entities.values():
             maybe_declare(entity, self.channel)
+
+    def declare_ahead(self, outgoing: Sequence[Outgoing]) -> None:
+        """Declare now, ahead of their instant, the entities these fires need (kombu remembers them, so
+        ``send`` finds them declared); only while nothing is in flight, and an error only drops the channel:
+        ``send`` meets it again on a new one and fails the fires concerned."""
+        if self.error is not None or self._pending:
+            return
+        try:
+            with self.connection.transport.having_timeout(CONFIRM_TIMEOUT):
+                self._declare(outgoing)
+        except Exception as exc:
+            self._fail(exc)
 
     def send(self, outgoing: Sequence[Outgoing]) -> None:
         """Write the fires' frames, a chunk per socket write; wait only to keep the window."""
