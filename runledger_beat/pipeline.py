@@ -74,6 +74,8 @@ MARK_CHUNK = 20_000
 SWEEP_LIMIT = 1000
 #: Waking a hair after an instant avoids a spin when clocks round down.
 WAKE_MARGIN = 0.002
+#: While another beat publishes a big instant, a recovery sweep takes only rows this many graces old.
+BUSY_GRACE_FACTOR = 10
 #: How soon to look again when due rows are locked by another beat.
 CONTENDED_RETRY = 0.05
 #: Seconds a statement may run, and a lock be waited for, on beat's connections.
@@ -411,23 +413,31 @@ class FirePipeline:
 
         The confirmed are marked sent after the last chunk: the UPDATEs would otherwise take the database's
         share of the machine from the broker while it works (a crash in between republishes them, as any
-        unmarked fire is).
+        unmarked fire is). Until then the ledger connection holds the publishing lock, so that no other
+        beat's recovery sweep takes the instant's rows, pending past the grace on a slow broker, for abandoned.
         """
-        self._holding_marks = True
+        ledger = self.ledger
+        held = ledger.hold_publishing()
         try:
-            self._release(outgoing, skipped, prepared.last)
-            outgoing.clear()
-            if prepared.parked is not None:
-                try:
-                    for chunk in prepared.parked.chunks(SPILL_CHUNK):
-                        self._release(chunk, skipped, prepared.last)
-                finally:
-                    prepared.parked.close()
-            if prepared.spilled:
-                self._read_back(prepared)
+            self._holding_marks = True
+            try:
+                self._release(outgoing, skipped, prepared.last)
+                outgoing.clear()
+                if prepared.parked is not None:
+                    try:
+                        for chunk in prepared.parked.chunks(SPILL_CHUNK):
+                            self._release(chunk, skipped, prepared.last)
+                    finally:
+                        prepared.parked.close()
+                if prepared.spilled:
+                    self._read_back(prepared)
+            finally:
+                self._holding_marks = False
+            self._settle(wait=True)
         finally:
-            self._holding_marks = False
-        self._settle(wait=True)
+            if held:
+                with contextlib.suppress(psycopg.Error):  # a broken session has dropped the lock already
+                    ledger.release_publishing()
 
     def _read_back(self, prepared: Prepared) -> None:
         """Each chunk is read on the claims connection (idle between transactions now) by a helper thread while
@@ -660,7 +670,10 @@ class FirePipeline:
             log.info("runledger: released %d buffered fire(s)", len(released))
         waiting = {item.fire.id for _, _, item in self._held}
         with self._ledger.transaction():
-            rows = self.ledger.claim_pending(self.settings.recovery_grace, SWEEP_LIMIT)
+            grace = self.settings.recovery_grace
+            if not self.ledger.sweep_lock():  # a beat is publishing a big instant: its rows are not abandoned
+                grace *= BUSY_GRACE_FACTOR
+            rows = self.ledger.claim_pending(grace, SWEEP_LIMIT)
             fires = [Fire.from_job(r) for r in rows if r["id"] not in self._backlog and r["id"] not in waiting]
             if fires:
                 log.info("runledger: recovery sweep republishing %d fire(s)", len(fires))

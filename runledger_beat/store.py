@@ -129,6 +129,18 @@ class Store:
         """Keep why these fires wait (the broker is away); no attempt is counted."""
         self.conn.execute(queries.note_publish_outage, {"ids": list(fire_ids), "error": error[:1000]})
 
+    def hold_publishing(self) -> bool:
+        """Keep recovery sweeps off this schema's pending rows while a big instant is published (session lock)."""
+        return bool(self._one(queries.hold_publishing)["held"])
+
+    def release_publishing(self) -> None:
+        """End hold_publishing."""
+        self._one(queries.release_publishing)
+
+    def sweep_lock(self) -> bool:
+        """In a sweep's transaction: whether no beat is publishing a big instant now (see hold_publishing)."""
+        return bool(self._one(queries.sweep_lock)["free"])
+
     def claim_pending(self, grace: float, limit: int) -> list[dict]:
         """Lock ledger rows left unpublished past the grace (manual triggers at once), for one sweeper."""
         return self._all(queries.claim_pending_jobs, {"grace": grace, "limit": limit})

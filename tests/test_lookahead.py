@@ -309,3 +309,48 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
     ids = _queued_ids(broker, queue)
     assert sorted(ids) == sorted(str(r["id"]) for r in sent)  # each sent fire once, nothing else
     assert sorted(traced) == (sorted(ids) if road == "by id" else [])  # Celery's path: each publish signalled
+
+
+def test_another_beats_sweep_leaves_a_big_instant_being_published_alone(db, pg_dsn, schema, amqp_url, queue,
+                                                                        monkeypatch):
+    """An instant bigger than beat holds is committed 'pending' and marked sent after its last chunk; a slow
+    broker can keep it pending past runledger_recovery_grace. Another beat's recovery sweep in that window must
+    not take its rows for abandoned and publish them a second time (seen: 3,705 duplicates of a 100k burst
+    with three beats on a slow hour)."""
+    from runledger_beat import pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "MAX_PREPARED", 100)
+    monkeypatch.setattr(pipeline_module, "SPILL_CHUNK", 70)
+    instant = _soon(db, 4.0)
+    db.execute("INSERT INTO job_schedules (id, name, job_type, payload_template, cron_expr, next_fire_at)"
+               " SELECT gen_random_uuid(), 'big-' || g, 'rl.record',"
+               " jsonb_build_object('args', jsonb_build_array(g), 'kwargs', '{}'::jsonb), %s, %s"
+               " FROM generate_series(1, 300) AS g",
+               (ONCE, instant))
+    publisher = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
+    sweeper = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
+    swept: list[int] = []
+
+    def slow_broker() -> None:
+        """At the instant's first confirms: wait past the grace, then let the other beat sweep."""
+        if swept:
+            return
+        wait_for(lambda: db.execute("SELECT now() > %s + interval '1.5 seconds' AS past",
+                                    (instant,)).fetchone()["past"], message="the instant past the grace")
+        pending = count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'pending'")
+        sweeper.pipeline.connect()
+        sweeper.pipeline._sweep()
+        swept.append(pending)
+
+    publisher.pipeline.after_publish = slow_broker
+    try:
+        _run_until([publisher], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 300,
+                   timeout=20)
+    finally:
+        publisher.close()
+        sweeper.close()
+    assert swept and swept[0] == 300  # the sweep ran while all of the instant was pending, past the grace
+    wait_for(lambda: _in_queue(amqp_url, queue) >= 300, message="300 messages in the queue")
+    ids = _queued_ids(amqp_url, queue)
+    rows = db.execute("SELECT id FROM jobs WHERE scheduled_for = %s", (instant,)).fetchall()
+    assert sorted(ids) == sorted(str(r["id"]) for r in rows)  # each fire published once

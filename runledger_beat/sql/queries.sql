@@ -203,6 +203,21 @@ UPDATE jobs
    SET last_error = %(error)s
  WHERE id = ANY(%(ids)b::uuid[]) AND status = 'pending';
 
+-- hold_publishing --
+-- A beat publishing an instant bigger than it holds keeps this shared lock (session-level, on its ledger connection)
+-- from the commit until the instant's marks are written: the rows are committed 'pending' meanwhile, and a recovery
+-- sweep of another beat must not take them for abandoned once past the grace (they would go out twice). A crashed
+-- beat's session ends and so does the lock. False only while a sweep holds sweep_lock: that sweep's rows are older.
+SELECT pg_try_advisory_lock_shared(hashtextextended('runledger_beat.publishing.' || current_schema(), 0)) AS held;
+
+-- release_publishing --
+SELECT pg_advisory_unlock_shared(hashtextextended('runledger_beat.publishing.' || current_schema(), 0)) AS released;
+
+-- sweep_lock --
+-- Inside a recovery sweep's transaction: false while any beat publishes a big instant (hold_publishing); the sweep
+-- then takes only rows far past the grace (a beat frozen mid-publish holds the lock, and must not hold recovery).
+SELECT pg_try_advisory_xact_lock(hashtextextended('runledger_beat.publishing.' || current_schema(), 0)) AS free;
+
 -- claim_pending_jobs --
 -- Ledger rows still unpublished past the grace after their instant (manual triggers, backfills and released
 -- buffered fires at once), locked for one sweeper. A fire whose publish failed waits %(grace)s s doubled per
