@@ -45,7 +45,7 @@ from kombu.exceptions import OperationalError
 from kombu.transport import pyamqp
 
 from .fires import Outgoing
-from .message_template import NotTemplatable, Template, kind_of
+from .message_template import Kinds, NotTemplatable, Template, kind_of
 from .messages import BuiltMessage, build_message, send_message
 
 #: Messages whose frames are joined into one socket write.
@@ -57,11 +57,6 @@ CONFIRM_TIMEOUT = 10.0
 #: Seconds a goodbye to the broker (closing a channel or the connection) may take before the socket is dropped.
 CLOSE_TIMEOUT = 2.0
 _PUBLISH_ARGS = "Bssbb"  # basic.publish: ticket, exchange, routing_key, mandatory, immediate
-#: Fires of a kind built by Celery in full, and compared byte for byte with the kind's template, before the
-#: template alone builds them.
-VERIFY_FIRES = 2
-#: Kinds remembered at most (past that the cache starts afresh).
-MAX_KINDS = 1000
 
 
 def supported(conn: Any) -> bool:
@@ -147,16 +142,6 @@ class _FrameLimits:
         self.bytes_sent = 0
 
 
-class _Kind:
-    """What the encoder knows of one kind of fire: its template (None: Celery builds every one), how many
-    fires confirmed it, and the entities its messages need declared."""
-
-    __slots__ = ("template", "checked", "declare")
-
-    def __init__(self, template: Template | None, declare: tuple) -> None:
-        self.template, self.checked, self.declare = template, 0, declare
-
-
 class Encoder:
     """Celery's message for a fire, as the AMQP frames basic_publish would write.
 
@@ -171,7 +156,7 @@ class Encoder:
         self.producer = CaptureProducer(self.channel, self.declared)
         self.parts: list[bytes] = []
         self._writers: dict[int, Callable] = {}
-        self._kinds: dict[tuple, _Kind] = {}
+        self._kinds = Kinds()
 
     def write(self, data: Any) -> None:  # frame_writer's transport
         self.parts.append(bytes(data))
@@ -191,21 +176,16 @@ class Encoder:
     def _by_kind(self, fire: Any, channel_id: int, frame_max: int) -> tuple[bytes, tuple]:
         """From the kind's template once it proved itself; else by Celery, checking the template against it."""
         key = kind_of(fire, channel_id, frame_max)
-        kind = self._kinds.get(key)
-        if kind is not None and kind.template is not None and kind.checked >= VERIFY_FIRES:
-            return kind.template.frames(fire), kind.declare
+        kind = self._kinds.settled(key)
+        if kind is not None:
+            if kind.template is not None:
+                return kind.template.frames(fire), kind.declare
+            return self._by_celery(fire, channel_id, frame_max, None, None)
         built = build_message(self.app, fire, sent_event=False)
         embed = built.message.body[2] if isinstance(built.message.body, tuple) else None
         frames, declare = self._by_celery(fire, channel_id, frame_max, built, None)
-        if kind is None:
-            if len(self._kinds) >= MAX_KINDS:
-                self._kinds.clear()
-            kind = self._kinds[key] = _Kind(self._template(str(fire.id), embed, channel_id, frame_max), declare)
-        if kind.template is not None:
-            if kind.template.frames(fire) == frames:
-                kind.checked += 1
-            else:
-                kind.template = None
+        self._kinds.check(key, lambda: self._template(str(fire.id), embed, channel_id, frame_max),
+                          lambda template: template.frames(fire) == frames, declare)
         return frames, declare
 
     def _template(self, fire_id: str, embed: Any, channel_id: int, frame_max: int) -> Template | None:

@@ -26,9 +26,9 @@ from kombu.common import maybe_declare
 from kombu.utils.json import dumps
 from redis.exceptions import ResponseError
 
-from .fastpath import MAX_KINDS, VERIFY_FIRES, CaptureProducer, _Kind
+from .fastpath import CaptureProducer
 from .fires import Fire, Outgoing
-from .message_template import NotTemplatable, RedisTemplate, kind_of
+from .message_template import Kinds, NotTemplatable, RedisTemplate, kind_of
 from .messages import build_message, send_message
 
 #: LPUSH commands per round trip, at most; and bytes, at most.
@@ -69,7 +69,7 @@ class RedisRoad:
         self._declared: list = []
         self._producer = CaptureProducer(self._capture, self._declared)
         self._routes: dict[tuple[str, str], list[str]] = {}
-        self._kinds: dict[tuple, _Kind] = {}
+        self._kinds = Kinds()
         self._heads: dict[str, bytes] = {}
 
     def encode(self, outgoing: Sequence[Outgoing]) -> list[tuple[Fire, str]]:
@@ -92,25 +92,17 @@ class RedisRoad:
     def _commands(self, fire: Fire) -> tuple[tuple[str, str], ...]:
         """From the kind's template once it proved itself; else by Celery, checking the template against it."""
         key = kind_of(fire, 0, 0)
-        kind = self._kinds.get(key)
-        if kind is not None and kind.checked >= VERIFY_FIRES:
+        kind = self._kinds.settled(key)
+        if kind is not None:
             template = kind.template
             if template is None:
                 return self._by_celery(fire)[0]
             payload = template.payload(fire, self.channel._next_delivery_tag())
             return tuple((queue, payload) for queue in template.keys)
         commands, message, embed = self._by_celery(fire)
-        if kind is None:
-            if len(self._kinds) >= MAX_KINDS:
-                self._kinds.clear()
-            kind = self._kinds[key] = _Kind(self._template(fire, message, embed, commands), ())
-        if kind.template is not None and message is not None:
-            if kind.template.payload(fire, message["properties"]["delivery_tag"]) == commands[0][1]:
-                kind.checked += 1
-            else:
-                kind.template = None
-        if kind.template is None:
-            kind.checked = VERIFY_FIRES  # Celery builds every fire of this kind
+        self._kinds.check(key, lambda: self._template(fire, message, embed, commands),
+                          lambda template: message is not None
+                          and template.payload(fire, message["properties"]["delivery_tag"]) == commands[0][1])
         return commands
 
     def _template(self, fire: Fire, message: dict | None, embed: Any,

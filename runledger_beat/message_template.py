@@ -12,7 +12,8 @@ Templates are checked, never trusted: ``fastpath.Encoder`` builds the first
 fires of each kind both ways and keeps the template only when the bytes are
 identical; a kind whose message depends on the fire elsewhere (an ``expires``
 counted from the instant, compression, another protocol, a serializer that
-does not round-trip) fails that check and is always built by Celery.
+does not round-trip) fails that check and is always built by Celery. ``Kinds``
+keeps that book for both roads.
 
 ``RedisTemplate`` does the same for kombu's Redis transport, whose message is a
 JSON document: the captured dict with the per-fire places replaced, dumped as
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 from base64 import b64encode
+from collections.abc import Callable
 from struct import Struct
 from typing import Any
 
@@ -50,6 +52,11 @@ MAX_REPRS = 4096
 PER_FIRE_HEADERS = ID_HEADERS | {"argsrepr", "kwargsrepr", SCHEDULE_HEADER}
 #: Headers whose value depends on the moment of building: a kind that sets one is not templated.
 TIMED_HEADERS = ("eta", "expires")
+#: Fires of a kind built by Celery in full, and compared byte for byte with the kind's template, before the
+#: template alone builds them.
+VERIFY_FIRES = 2
+#: Kinds remembered at most (past that the book starts afresh).
+MAX_KINDS = 1000
 
 
 def kind_of(fire: Any, channel_id: int, frame_max: int) -> tuple:
@@ -59,6 +66,42 @@ def kind_of(fire: Any, channel_id: int, frame_max: int) -> tuple:
     # The payload's shape decides which headers the message has (task_arguments, messages.message_headers).
     shape = (type(payload) is dict, isinstance(payload, dict) and SCHEDULE_HEADER in payload)
     return (fire.job_type, json.dumps(options, sort_keys=True) if options else "", shape, channel_id, frame_max)
+
+
+class Kind:
+    """One kind of fire: its template (None: Celery builds every one), how many fires Celery's own bytes
+    confirmed it, and what else the road keeps for the kind (the entities its messages need declared)."""
+
+    __slots__ = ("template", "checked", "declare")
+
+    def __init__(self, template: Any, declare: tuple) -> None:
+        self.template, self.checked, self.declare = template, 0, declare
+
+
+class Kinds(dict):
+    """The kinds a road has met (``kind_of`` key -> ``Kind``), for both fast paths: a template is used
+    once VERIFY_FIRES fires built by Celery matched it; one that cannot be made, or missed once, leaves
+    its kind to Celery for good."""
+
+    def settled(self, key: tuple) -> Kind | None:
+        """The kind once its template proved itself or failed (``template`` says which); None while checked."""
+        kind = self.get(key)
+        return kind if kind is not None and kind.checked >= VERIFY_FIRES else None
+
+    def check(self, key: tuple, make: Callable[[], Any], matches: Callable[[Any], bool],
+              declare: tuple = ()) -> None:
+        """Fold in one fire Celery just built: the kind's template is made from the first (``make``), then
+        compared with each (``matches``) until it is settled."""
+        kind = self.get(key)
+        if kind is None:
+            if len(self) >= MAX_KINDS:
+                self.clear()
+            kind = self[key] = Kind(make(), declare)
+        if kind.template is not None and matches(kind.template):
+            kind.checked += 1
+        else:
+            kind.template = None
+            kind.checked = VERIFY_FIRES  # settled: Celery builds every fire of this kind
 
 
 def _shortstr(value: str) -> bytes:

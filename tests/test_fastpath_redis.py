@@ -12,8 +12,8 @@ import redis
 from celery import Celery
 
 from runledger_beat.dispatch import Dispatcher
-from runledger_beat.fastpath import VERIFY_FIRES
 from runledger_beat.fires import Fire, Outgoing
+from runledger_beat.message_template import VERIFY_FIRES
 
 from .e2e import prepare
 from .procs import start_beat, start_worker

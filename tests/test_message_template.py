@@ -11,6 +11,7 @@ from kombu.serialization import register
 
 from runledger_beat import fastpath
 from runledger_beat.fires import Fire
+from runledger_beat.message_template import VERIFY_FIRES
 
 AT = datetime(2026, 12, 3, 19, 58, 23, tzinfo=timezone.utc)
 
@@ -53,7 +54,7 @@ def test_templated_frames_are_celerys_bytes_for_every_fire_of_a_kind():
     for fires in kinds:
         assert [encoder.encode(f, 3, 4096)[0] for f in fires] == _celerys(app, fires, 4096)
     assert len(encoder._kinds) == 5  # the wrapped and the custom-_schedule payloads share the plain one's kind
-    assert all(k.template is not None and k.checked == fastpath.VERIFY_FIRES for k in encoder._kinds.values())
+    assert all(k.template is not None and k.checked == VERIFY_FIRES for k in encoder._kinds.values())
 
 
 def test_kinds_that_depend_on_the_moment_are_always_built_by_celery():
