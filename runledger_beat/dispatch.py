@@ -281,8 +281,8 @@ class Dispatcher:
             self._merge(self._publish_celery(others))
 
     def collect(self, wait: bool = True, timeout: float = fastpath.CONFIRM_TIMEOUT) -> PublishResult:
-        """What became of the fires sent so far (with ``wait``, of all of them, up to ``timeout`` s); resets
-        the tally."""
+        """What became of the fires sent so far (with ``wait``, of all of them, unless ``timeout`` s pass without
+        a confirm); resets the tally."""
         if self._fast is not None:
             self._settle(self._fast, wait, timeout)
         result, self._done = self._done, PublishResult()
@@ -333,6 +333,9 @@ class Dispatcher:
                 if reconnected:
                     self._fail_all(rest, error)
                     return
+                if rest:
+                    log.warning("runledger: the broker connection failed (%s); reconnecting to publish again the %d "
+                                "fire(s) it had not confirmed", _reason(error), len(rest))
                 self.release()
                 reconnected = True
             elif singles and rest:  # the broker closed the channel over this one message

@@ -52,7 +52,8 @@ from .messages import BuiltMessage, build_message, send_message
 CHUNK_MESSAGES = 500
 #: Messages allowed in flight without a publisher confirm.
 WINDOW_MESSAGES = 5000
-#: Seconds to wait for the broker's confirms (or for a blocked socket write, or a reply to a channel method).
+#: Seconds without a confirm from the broker before its connection counts as lost (or a blocked socket write,
+#: or a channel method without its reply).
 CONFIRM_TIMEOUT = 10.0
 #: Seconds a goodbye to the broker (closing a channel or the connection) may take before the socket is dropped.
 CLOSE_TIMEOUT = 2.0
@@ -304,12 +305,19 @@ class ConfirmChannel:
             with contextlib.suppress(Exception):
                 self.connection.collect()
 
-    def _read(self, until: Callable[[], bool], deadline: float) -> None:
+    def _read(self, until: Callable[[], bool], patience: float) -> None:
+        """Read frames until ``until()``; give up after ``patience`` s without a confirm. A broker that keeps
+        confirming is slow (three beats at once), not gone: a deadline on the whole wait would drop the
+        connection and publish its unconfirmed fires again, the broker having queued most of them already."""
+        deadline = time.monotonic() + patience
         while not until():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"no publisher confirm within {CONFIRM_TIMEOUT:g}s")
+                raise TimeoutError(f"no publisher confirm for {patience:g}s")
+            before = len(self._pending)
             self.connection.drain_events(timeout=remaining)
+            if len(self._pending) < before:
+                deadline = time.monotonic() + patience
 
     def _declare(self, outgoing: Sequence[Outgoing]) -> None:
         entities: dict[int, Any] = {}
@@ -358,7 +366,7 @@ class ConfirmChannel:
             self.next_tag += 1
         self.connection.bytes_sent += len(items)
         if len(self._pending) > WINDOW_MESSAGES:
-            self._read(lambda: len(self._pending) <= WINDOW_MESSAGES, time.monotonic() + CONFIRM_TIMEOUT)
+            self._read(lambda: len(self._pending) <= WINDOW_MESSAGES, CONFIRM_TIMEOUT)
 
     def write_one(self, item: Outgoing) -> None:
         """Write one message's frames now (Celery's path, from inside its publish); like ``send`` for one fire,
@@ -383,12 +391,13 @@ class ConfirmChannel:
             self._fail(exc)
 
     def settle(self, wait: bool, timeout: float = CONFIRM_TIMEOUT) -> None:
-        """Read the confirms that have arrived; with ``wait``, until none is outstanding."""
+        """Read the confirms that have arrived; with ``wait``, until none is outstanding (or ``timeout`` s pass
+        without a confirm)."""
         if self.error is not None or not self._pending:
             return
         try:
             if wait:
-                self._read(lambda: not self._pending, time.monotonic() + timeout)
+                self._read(lambda: not self._pending, timeout)
                 return
             sock = self.connection.transport.sock
             while self._pending and select.select([sock], [], [], 0)[0]:

@@ -96,7 +96,7 @@ PRUNE_EVERY = 3600.0
 #: Seconds before the ledger's partition maintenance runs again: after it ran, and after it found a lock busy.
 LEDGER_EVERY = 3600.0
 LEDGER_RETRY = 60.0
-#: Seconds shutdown waits for the broker's last confirms (the recovery sweep covers the rest).
+#: Seconds shutdown waits for the broker's next confirm (the recovery sweep covers those never confirmed).
 SHUTDOWN_CONFIRM_TIMEOUT = 2.0
 #: How long a fire may stay sent with no worker hook seen before beat warns, and how often it warns.
 HOOK_WARNING_AFTER = 600.0
@@ -146,6 +146,7 @@ class FirePipeline:
         self._claims_left = False  # the last claim pass came back full: more may be due in the lookahead
         self._to_mark = PackedIds()  # confirmed fires whose mark waits for the rest of their burst (_settle)
         self._holding_marks = False  # an instant bigger than beat holds is being published (_publish_spilled)
+        self._publishing_held = False  # meanwhile, whether this beat holds the publishing lock (hold_publishing)
         self._next_sweep = 0.0
         self._next_hook_warning = 0.0
         self._next_prune = 0.0
@@ -417,8 +418,9 @@ class FirePipeline:
         beat's recovery sweep takes the instant's rows, pending past the grace on a slow broker, for abandoned.
         """
         ledger = self.ledger
-        held = ledger.hold_publishing()
+        self._publishing_held = False
         try:
+            self._hold_publishing()
             self._holding_marks = True
             try:
                 self._release(outgoing, skipped, prepared.last)
@@ -426,6 +428,7 @@ class FirePipeline:
                 if prepared.parked is not None:
                     try:
                         for chunk in prepared.parked.chunks(SPILL_CHUNK):
+                            self._hold_publishing()
                             self._release(chunk, skipped, prepared.last)
                     finally:
                         prepared.parked.close()
@@ -435,9 +438,17 @@ class FirePipeline:
                 self._holding_marks = False
             self._settle(wait=True)
         finally:
-            if held:
+            if self._publishing_held:
+                self._publishing_held = False
                 with contextlib.suppress(psycopg.Error):  # a broken session has dropped the lock already
                     ledger.release_publishing()
+
+    def _hold_publishing(self) -> None:
+        """Take the publishing lock, unless held already: at the commit, then before each chunk, since a sweep in
+        progress at the commit keeps it for its transaction (that sweep takes only rows older than the instant's)."""
+        if not self._publishing_held:
+            with contextlib.suppress(psycopg.Error):  # without the ledger, publishing goes on: marks will fail anyway
+                self._publishing_held = self.ledger.hold_publishing()
 
     def _read_back(self, prepared: Prepared) -> None:
         """Each chunk is read on the claims connection (idle between transactions now) by a helper thread while
@@ -460,6 +471,7 @@ class FirePipeline:
             pending = reader.submit(read, 0)
             for start in range(0, len(ids), step):
                 fires = pending.result()
+                self._hold_publishing()
                 if start + step < len(ids):
                     pending = reader.submit(read, start + step)
                 self._release(self.dispatcher.prepare(fires, encode=not self.broker_backoff.failing), set(), last)

@@ -1,8 +1,10 @@
-"""A TCP proxy the test controls, to cut a beat off from Postgres like a network partition.
+"""TCP proxies the test controls, between a beat and Postgres or the broker.
 
-``cut()`` stops relaying in both directions but keeps every socket open, as a
-partition does: the server sees an idle client, the client waits for replies
-that never come. ``heal()`` resets the held connections and relays again.
+``Proxy`` cuts like a network partition: ``cut()`` stops relaying in both
+directions but keeps every socket open, as a partition does: the server sees an
+idle client, the client waits for replies that never come. ``heal()`` resets the
+held connections and relays again. ``Throttle`` relays the client's bytes at a
+set rate: a server that keeps taking them and answering, slowly.
 """
 
 from __future__ import annotations
@@ -82,3 +84,46 @@ class Proxy:
         self.stopping.set()
         self.heal()
         self.listener.close()
+
+
+class Throttle:
+    """Listens on 127.0.0.1:<port> and relays to ``target``, the client's bytes at most ``rate`` per second (the
+    server's replies at once): a broker that keeps taking messages and confirming them, slowly."""
+
+    def __init__(self, target: tuple[str, int], rate: int) -> None:
+        self.target, self.rate = target, rate
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            server = socket.create_connection(self.target)
+            self.sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, self.rate // 10), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, 0), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket, per_tenth: int) -> None:
+        """Relay one direction; with ``per_tenth``, at most that many bytes each tenth of a second."""
+        try:
+            while data := source.recv(per_tenth or 1 << 20):
+                sink.sendall(data)
+                if per_tenth:
+                    threading.Event().wait(0.1)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.close()

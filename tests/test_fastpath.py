@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from celery import Celery, signals
@@ -13,6 +15,8 @@ from kombu import Connection, Queue
 from runledger_beat import fastpath
 from runledger_beat.dispatch import Dispatcher
 from runledger_beat.fires import Fire, Outgoing
+
+from .netcut import Throttle
 
 
 def _publish(dispatcher: Dispatcher, outgoing: list[Outgoing]):
@@ -128,6 +132,32 @@ def test_nacked_fires_fail_alone(amqp_url, queues):
     assert [f.id for f, _ in result.failed] == [f.id for f in fires[3:]]
     assert all("nack" in reason for _, reason in result.failed) and result.error is None
     assert len(_drain(amqp_url, main)) == 3
+
+
+def test_a_slow_broker_that_keeps_confirming_is_not_taken_for_gone(amqp_url, queues, monkeypatch):
+    """The confirm timeout counts from the last confirm, not from the first write: a broker that confirms 1,000
+    messages over longer than it, confirms coming all along, keeps its connection, and no fire goes twice."""
+    main, _ = queues
+    patience = 1.5
+    monkeypatch.setattr(fastpath, "CONFIRM_TIMEOUT", patience)
+    url = urlsplit(amqp_url)
+    proxy = Throttle((url.hostname, url.port or 5672), rate=300_000)
+    app = _app(urlunsplit(url._replace(netloc=f"{url.netloc.rsplit('@', 1)[0]}@127.0.0.1:{proxy.port}")), main)
+    fires = [_fire(f"s{i}") for i in range(1000)]
+    dispatcher = Dispatcher(app)
+    try:
+        outgoing = dispatcher.prepare(fires)
+        started = time.monotonic()
+        dispatcher.send(outgoing)
+        result = dispatcher.collect(wait=True, timeout=patience)
+        took = time.monotonic() - started
+    finally:
+        dispatcher.close()
+        proxy.close()
+    assert took > patience  # the wait as a whole outlasted the timeout
+    assert result.error is None and not result.failed
+    assert sorted(result.sent) == sorted(f.id for f in fires)
+    assert len(_drain(amqp_url, main)) == len(fires)  # none went twice
 
 
 def test_a_message_the_broker_refuses_does_not_hold_up_the_others(amqp_url, queues):

@@ -7,12 +7,14 @@ import threading
 import time
 import uuid
 
+import psycopg
 import pytest
 import redis
 from celery import Celery
 from kombu import Connection
 
-from runledger_beat import Scheduler, api
+from runledger_beat import Scheduler, api, queries
+from runledger_beat.db import connect
 
 from .e2e import count, delete_queue, prepare
 from .procs import start_beat
@@ -354,3 +356,60 @@ def test_another_beats_sweep_leaves_a_big_instant_being_published_alone(db, pg_d
     ids = _queued_ids(amqp_url, queue)
     rows = db.execute("SELECT id FROM jobs WHERE scheduled_for = %s", (instant,)).fetchall()
     assert sorted(ids) == sorted(str(r["id"]) for r in rows)  # each fire published once
+
+
+def test_a_sweep_in_progress_at_the_commit_only_delays_the_publishing_lock(db, pg_dsn, schema, amqp_url, queue,
+                                                                            monkeypatch):
+    """A sweep in progress at a big instant's commit keeps the publishing lock for its transaction, so the
+    publisher cannot take it then; it takes it before its next chunk, and a sweep past the grace after that still
+    leaves the instant alone."""
+    from runledger_beat import pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "MAX_PREPARED", 100)
+    monkeypatch.setattr(pipeline_module, "SPILL_CHUNK", 70)
+    instant = _soon(db, 4.0)
+    db.execute("INSERT INTO job_schedules (id, name, job_type, payload_template, cron_expr, next_fire_at)"
+               " SELECT gen_random_uuid(), 'big-' || g, 'rl.record',"
+               " jsonb_build_object('args', jsonb_build_array(g), 'kwargs', '{}'::jsonb), %s, %s"
+               " FROM generate_series(1, 300) AS g",
+               (ONCE, instant))
+    publisher = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
+    sweeper = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
+    in_progress = connect(pg_dsn, schema)  # an open transaction holding what a sweep's sweep_lock takes
+    assert in_progress.execute(queries.sweep_lock).fetchone()["free"]
+    chunks: list[bool] = []  # per chunk released: whether the publisher held the lock by then
+    swept: list[int] = []
+    release = publisher.pipeline._release
+
+    def chunk_released(*args, **kwargs) -> None:
+        if in_progress.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            in_progress.commit()  # the sweep in progress ends after the commit's try
+        chunks.append(publisher.pipeline._publishing_held)
+        release(*args, **kwargs)
+
+    def slow_broker() -> None:
+        """After a later chunk than the first: wait past the grace, then let the other beat sweep."""
+        if swept or len(chunks) < 2:
+            return
+        wait_for(lambda: db.execute("SELECT now() > %s + interval '1.5 seconds' AS past",
+                                    (instant,)).fetchone()["past"], message="the instant past the grace")
+        pending = count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'pending'")
+        sweeper.pipeline.connect()
+        sweeper.pipeline._sweep()
+        swept.append(pending)
+
+    monkeypatch.setattr(publisher.pipeline, "_release", chunk_released)
+    publisher.pipeline.after_publish = slow_broker
+    try:
+        _run_until([publisher], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 300,
+                   timeout=20)
+    finally:
+        publisher.close()
+        sweeper.close()
+        in_progress.close()
+    assert swept and swept[0] == 300  # the sweep ran while all of the instant was pending, past the grace
+    wait_for(lambda: _in_queue(amqp_url, queue) >= 300, message="300 messages in the queue")
+    ids = _queued_ids(amqp_url, queue)
+    rows = db.execute("SELECT id FROM jobs WHERE scheduled_for = %s", (instant,)).fetchall()
+    assert sorted(ids) == sorted(str(r["id"]) for r in rows)  # each fire published once
+    assert chunks[0] is False and chunks[1] is True  # kept from the lock at the commit, held from the next chunk

@@ -31,7 +31,7 @@ def test_three_beats_fire_each_slot_exactly_once(db, pg_dsn, schema, amqp_url):
     beats = [start_beat(env, f"beat{i}") for i in range(3)]
     worker = start_worker(env, concurrency=4)
     try:
-        duration = 60
+        duration = 30
         wait_for(lambda: _db_now(db) > start + timedelta(seconds=duration), timeout=duration + 15,
                  interval=0.5, message="the test window to pass")
         db.execute("UPDATE job_schedules SET is_active = false")
