@@ -313,12 +313,9 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
     assert sorted(traced) == (sorted(ids) if road == "by id" else [])  # Celery's path: each publish signalled
 
 
-def test_another_beats_sweep_leaves_a_big_instant_being_published_alone(db, pg_dsn, schema, amqp_url, queue,
-                                                                        monkeypatch):
-    """An instant bigger than beat holds is committed 'pending' and marked sent after its last chunk; a slow
-    broker can keep it pending past runledger_recovery_grace. Another beat's recovery sweep in that window must
-    not take its rows for abandoned and publish them a second time (seen: 3,705 duplicates of a 100k burst
-    with three beats on a slow hour)."""
+def _big_instant(db, monkeypatch, n: int = 300):
+    """``n`` one-off schedules due in 4 s, with beat's limits shrunk so the instant is committed 'pending',
+    parked, and published in several chunks; returns the instant."""
     from runledger_beat import pipeline as pipeline_module
 
     monkeypatch.setattr(pipeline_module, "MAX_PREPARED", 100)
@@ -327,22 +324,44 @@ def test_another_beats_sweep_leaves_a_big_instant_being_published_alone(db, pg_d
     db.execute("INSERT INTO job_schedules (id, name, job_type, payload_template, cron_expr, next_fire_at)"
                " SELECT gen_random_uuid(), 'big-' || g, 'rl.record',"
                " jsonb_build_object('args', jsonb_build_array(g), 'kwargs', '{}'::jsonb), %s, %s"
-               " FROM generate_series(1, 300) AS g",
-               (ONCE, instant))
+               " FROM generate_series(1, %s) AS g",
+               (ONCE, instant, n))
+    return instant
+
+
+def _sweep_past_the_grace(db, sweeper: Scheduler, instant, swept: list[int]) -> None:
+    """Wait until the instant is past runledger_recovery_grace (1 s), then run ``sweeper``'s recovery sweep;
+    records in ``swept`` how many of the ledger's rows were pending when it ran."""
+    wait_for(lambda: db.execute("SELECT now() > %s + interval '1.5 seconds' AS past",
+                                (instant,)).fetchone()["past"], message="the instant past the grace")
+    pending = count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'pending'")
+    sweeper.pipeline.connect()
+    sweeper.pipeline._sweep()
+    swept.append(pending)
+
+
+def _assert_each_fire_queued_once(db, amqp_url: str, queue: str, instant, n: int = 300) -> None:
+    wait_for(lambda: _in_queue(amqp_url, queue) >= n, message=f"{n} messages in the queue")
+    ids = _queued_ids(amqp_url, queue)
+    rows = db.execute("SELECT id FROM jobs WHERE scheduled_for = %s", (instant,)).fetchall()
+    assert sorted(ids) == sorted(str(r["id"]) for r in rows)  # each fire published once
+
+
+def test_another_beats_sweep_leaves_a_big_instant_being_published_alone(db, pg_dsn, schema, amqp_url, queue,
+                                                                        monkeypatch):
+    """An instant bigger than beat holds is committed 'pending' and marked sent after its last chunk; a slow
+    broker can keep it pending past runledger_recovery_grace. Another beat's recovery sweep in that window must
+    not take its rows for abandoned and publish them a second time (seen: 3,705 duplicates of a 100k burst
+    with three beats on a slow hour)."""
+    instant = _big_instant(db, monkeypatch)
     publisher = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
     sweeper = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
     swept: list[int] = []
 
     def slow_broker() -> None:
         """At the instant's first confirms: wait past the grace, then let the other beat sweep."""
-        if swept:
-            return
-        wait_for(lambda: db.execute("SELECT now() > %s + interval '1.5 seconds' AS past",
-                                    (instant,)).fetchone()["past"], message="the instant past the grace")
-        pending = count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'pending'")
-        sweeper.pipeline.connect()
-        sweeper.pipeline._sweep()
-        swept.append(pending)
+        if not swept:
+            _sweep_past_the_grace(db, sweeper, instant, swept)
 
     publisher.pipeline.after_publish = slow_broker
     try:
@@ -352,10 +371,7 @@ def test_another_beats_sweep_leaves_a_big_instant_being_published_alone(db, pg_d
         publisher.close()
         sweeper.close()
     assert swept and swept[0] == 300  # the sweep ran while all of the instant was pending, past the grace
-    wait_for(lambda: _in_queue(amqp_url, queue) >= 300, message="300 messages in the queue")
-    ids = _queued_ids(amqp_url, queue)
-    rows = db.execute("SELECT id FROM jobs WHERE scheduled_for = %s", (instant,)).fetchall()
-    assert sorted(ids) == sorted(str(r["id"]) for r in rows)  # each fire published once
+    _assert_each_fire_queued_once(db, amqp_url, queue, instant)
 
 
 def test_a_sweep_in_progress_at_the_commit_only_delays_the_publishing_lock(db, pg_dsn, schema, amqp_url, queue,
@@ -363,16 +379,7 @@ def test_a_sweep_in_progress_at_the_commit_only_delays_the_publishing_lock(db, p
     """A sweep in progress at a big instant's commit keeps the publishing lock for its transaction, so the
     publisher cannot take it then; it takes it before its next chunk, and a sweep past the grace after that still
     leaves the instant alone."""
-    from runledger_beat import pipeline as pipeline_module
-
-    monkeypatch.setattr(pipeline_module, "MAX_PREPARED", 100)
-    monkeypatch.setattr(pipeline_module, "SPILL_CHUNK", 70)
-    instant = _soon(db, 4.0)
-    db.execute("INSERT INTO job_schedules (id, name, job_type, payload_template, cron_expr, next_fire_at)"
-               " SELECT gen_random_uuid(), 'big-' || g, 'rl.record',"
-               " jsonb_build_object('args', jsonb_build_array(g), 'kwargs', '{}'::jsonb), %s, %s"
-               " FROM generate_series(1, 300) AS g",
-               (ONCE, instant))
+    instant = _big_instant(db, monkeypatch)
     publisher = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
     sweeper = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
     in_progress = connect(pg_dsn, schema)  # an open transaction holding what a sweep's sweep_lock takes
@@ -389,14 +396,8 @@ def test_a_sweep_in_progress_at_the_commit_only_delays_the_publishing_lock(db, p
 
     def slow_broker() -> None:
         """After a later chunk than the first: wait past the grace, then let the other beat sweep."""
-        if swept or len(chunks) < 2:
-            return
-        wait_for(lambda: db.execute("SELECT now() > %s + interval '1.5 seconds' AS past",
-                                    (instant,)).fetchone()["past"], message="the instant past the grace")
-        pending = count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'pending'")
-        sweeper.pipeline.connect()
-        sweeper.pipeline._sweep()
-        swept.append(pending)
+        if not swept and len(chunks) >= 2:
+            _sweep_past_the_grace(db, sweeper, instant, swept)
 
     monkeypatch.setattr(publisher.pipeline, "_release", chunk_released)
     publisher.pipeline.after_publish = slow_broker
@@ -408,8 +409,5 @@ def test_a_sweep_in_progress_at_the_commit_only_delays_the_publishing_lock(db, p
         sweeper.close()
         in_progress.close()
     assert swept and swept[0] == 300  # the sweep ran while all of the instant was pending, past the grace
-    wait_for(lambda: _in_queue(amqp_url, queue) >= 300, message="300 messages in the queue")
-    ids = _queued_ids(amqp_url, queue)
-    rows = db.execute("SELECT id FROM jobs WHERE scheduled_for = %s", (instant,)).fetchall()
-    assert sorted(ids) == sorted(str(r["id"]) for r in rows)  # each fire published once
+    _assert_each_fire_queued_once(db, amqp_url, queue, instant)
     assert chunks[0] is False and chunks[1] is True  # kept from the lock at the commit, held from the next chunk
