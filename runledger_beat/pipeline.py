@@ -37,6 +37,7 @@ import socket
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -417,31 +418,42 @@ class FirePipeline:
         unmarked fire is). Until then the ledger connection holds the publishing lock, so that no other
         beat's recovery sweep takes the instant's rows, pending past the grace on a slow broker, for abandoned.
         """
-        ledger = self.ledger
-        self._publishing_held = False
-        try:
-            self._hold_publishing()
-            self._holding_marks = True
-            try:
+        with self._publishing_lock():
+            with self._marks_deferred():
                 self._release(outgoing, skipped, prepared.last)
                 outgoing.clear()
                 if prepared.parked is not None:
-                    try:
-                        for chunk in prepared.parked.chunks(SPILL_CHUNK):
+                    with contextlib.closing(prepared.parked) as parked:
+                        for chunk in parked.chunks(SPILL_CHUNK):
                             self._hold_publishing()
                             self._release(chunk, skipped, prepared.last)
-                    finally:
-                        prepared.parked.close()
                 if prepared.spilled:
                     self._read_back(prepared)
-            finally:
-                self._holding_marks = False
             self._settle(wait=True)
+
+    @contextlib.contextmanager
+    def _publishing_lock(self) -> Iterator[None]:
+        """The publishing lock for the block: taken now if it can be (else before a later chunk, see
+        ``_hold_publishing``), released at the end if it was taken."""
+        ledger = self.ledger  # the session that takes the lock is the one to release it
+        self._publishing_held = False
+        try:
+            self._hold_publishing()
+            yield
         finally:
             if self._publishing_held:
                 self._publishing_held = False
                 with contextlib.suppress(psycopg.Error):  # a broken session has dropped the lock already
                     ledger.release_publishing()
+
+    @contextlib.contextmanager
+    def _marks_deferred(self) -> Iterator[None]:
+        """No ledger marks are written during the block (``_settle`` keeps them for after it)."""
+        self._holding_marks = True
+        try:
+            yield
+        finally:
+            self._holding_marks = False
 
     def _hold_publishing(self) -> None:
         """Take the publishing lock, unless held already: at the commit, then before each chunk, since a sweep in
