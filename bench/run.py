@@ -157,12 +157,15 @@ def wave2_targets(out: dict) -> list[tuple[str, str, bool]]:
     if ten and "steady_ratio_median" in ten:
         rows.append(("RabbitMQ 10k burst, steady state (the next two boundaries, 20 s apart) ÷ ceiling ≥ 0.9",
                      _spread(ten, "steady_ratio"), ten["steady_ratio_median"] >= 0.9))
-    if hundred and "ratio_median" in hundred:
-        rows.append(("RabbitMQ 100k burst ÷ broker ceiling ≥ 0.8",
-                     _spread(hundred), hundred["ratio_median"] >= 0.8))
+    # A 100k burst's baseline is the broker's ceiling for 100k messages into one queue, measured beside each run:
+    # RabbitMQ's own rate falls as one queue grows (0.67-0.93 of its 10k rate), so the 10k ceiling would charge
+    # the broker's slowdown to beat. Both ratios are shown.
     if hundred and "ratio_same_n_median" in hundred:
-        rows.append(("(the same 100k bursts ÷ the ceiling for 100k messages, measured beside each)",
+        rows.append(("RabbitMQ 100k burst ÷ broker ceiling for 100k messages (measured beside each run) ≥ 0.8",
                      _spread(hundred, "ratio_same_n"), hundred["ratio_same_n_median"] >= 0.8))
+    if hundred and "ratio_median" in hundred:
+        rows.append(("(the same 100k bursts ÷ the 10k ceiling ≥ 0.8)",
+                     _spread(hundred), hundred["ratio_median"] >= 0.8))
     if ten and hundred:
         grew = hundred["peak_rss_mb_max"] - ten["peak_rss_mb_max"]
         rows.append(("peak RSS flat from 10k to 100k (≤ +20 MB)",
