@@ -7,6 +7,7 @@ import uuid
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
+import psycopg
 import pytest
 
 from runledger_beat import api, cli
@@ -126,6 +127,26 @@ def test_prune_audit_drops_entries_older_than_the_retention(db):
     assert store.prune_audit() == 1
     assert [e["operation"] for e in api.audit(db)] == ["UPDATE"]
     assert store.prune_audit(0) == 1 and api.audit(db) == []
+
+
+def test_truncate_is_audited_with_every_schedule_it_removed(capsys, db, pg_dsn, schema):
+    api.create(pg_dsn, "nightly", "t.x", cron="0 3 * * *", schema=schema)
+    api.create(pg_dsn, "often", "t.y", every=60, schema=schema)
+    db.execute("SET application_name = 'psql-by-hand'")
+    with pytest.raises(psycopg.errors.Error), db.transaction():  # rolled back: nothing truncated or logged
+        db.execute("TRUNCATE job_schedules CASCADE")
+        db.execute("SELECT 1 / 0")
+    assert [e["operation"] for e in api.audit(pg_dsn, schema=schema)] == ["INSERT", "INSERT"]
+    assert db.execute("SELECT count(*) AS n FROM job_schedules").fetchone()["n"] == 2
+    db.execute("TRUNCATE job_schedules CASCADE")  # jobs references it: CASCADE empties the ledger too
+    assert db.execute("SELECT count(*) AS n FROM job_schedules").fetchone()["n"] == 0
+    gone = api.audit(pg_dsn, schema=schema)[2:]
+    assert [(e["operation"], e["schedule_name"]) for e in gone] == [("TRUNCATE", "nightly"), ("TRUNCATE", "often")]
+    assert all(e["after"] is None and e["application_name"] == "psql-by-hand" for e in gone)
+    assert gone[0]["before"]["cron_expr"] == "0 3 * * *" and gone[1]["before"]["interval_seconds"] == 60
+    assert str(gone[0]["schedule_id"]) == gone[0]["before"]["id"]
+    code, out, _ = run(capsys, pg_dsn, schema, "audit", "nightly")
+    assert code == 0 and "TRUNCATE" in out
 
 
 # -- backfill -------------------------------------------------------------------------------
