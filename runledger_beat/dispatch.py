@@ -92,6 +92,10 @@ class Dispatcher:
     def _connection(self) -> Any:
         if self._conn is None:
             conn = self.app.connection_for_write()
+            if fastpath_redis.supported(conn):
+                # kombu's Redis client waits on a partitioned server with no timeout: give up after the wait
+                # beat allows a RabbitMQ confirm, unless the app sets its own (broker_transport_options).
+                conn.transport_options.setdefault("socket_timeout", fastpath.CONFIRM_TIMEOUT)
             try:
                 conn.ensure_connection(max_retries=0)  # one attempt: the scheduler owns the back-off
             except BaseException:
@@ -360,8 +364,15 @@ class Dispatcher:
                 return
 
     def _publish_celery(self, outgoing: Sequence[Outgoing]) -> PublishResult:
-        """Stock Celery publishing, one message at a time (built ahead where it could be); a channel error
-        fails that fire alone."""
+        """Stock Celery publishing, one message at a time (built ahead where it could be). On RabbitMQ the
+        messages go on a channel in confirm mode (``_publish_celery_confirmed``); on other transports a fire
+        counts as sent once its transport's publish returns, and a channel error fails that fire alone."""
+        try:
+            if fastpath.supported(self._connection()):
+                return self._publish_celery_confirmed(outgoing)
+        except Exception as exc:
+            self.release()
+            return PublishResult(failed=[(o.fire, _reason(exc)) for o in outgoing], error=exc)
         result = PublishResult()
         for index, item in enumerate(outgoing):
             fire = item.fire
@@ -380,6 +391,43 @@ class Dispatcher:
                 self._producer = None  # its channel may be closed by the broker
                 continue
             result.sent.append(fire.id)
+        return result
+
+
+    def _publish_celery_confirmed(self, outgoing: Sequence[Outgoing]) -> PublishResult:
+        """Celery's producer message by message (task-sent events and all) on a channel in confirm mode: a fire
+        counts as sent once the broker confirms its message, and no wait is unbounded (a partitioned broker
+        would otherwise hold beat in a declare or a socket write for good, and the messages written into the
+        dead socket would count as sent). A broken channel fails every fire not yet confirmed: a connection
+        error sends them to the outage backlog, a channel error (the broker refused something) leaves them
+        to the recovery sweep."""
+        channel = self._fast_channel()
+        if self._producer is None or self._producer.channel is not channel.channel:
+            self._producer = self.app.amqp.Producer(channel.channel, auto_declare=False)
+        producer, result = self._producer, PublishResult()
+        with channel.connection.transport.having_timeout(fastpath.CONFIRM_TIMEOUT):
+            for item in outgoing:
+                fire, built, item.built = item.fire, item.built, None
+                try:
+                    message = built or build_message(self.app, fire, self.send_sent_events)
+                    channel.publish_through(item, lambda m=message: send_message(self.app, producer, m))
+                except Exception as exc:
+                    log.warning("runledger: publishing %s (%s) failed: %s", fire.id, fire.job_type, _reason(exc))
+                    result.failed.append((fire, _reason(exc)))
+        channel.settle(wait=True)
+        acked, nacked = channel.take()
+        result.sent.extend(o.fire.id for o in acked)
+        result.failed.extend((o.fire, NACKED) for o in nacked)
+        if channel.error is not None:
+            error, rest = channel.error, channel.abandon()
+            result.failed.extend((o.fire, _reason(error)) for o in rest)
+            if fastpath.is_connection_error(error, self._conn):
+                self.release()
+                result.error = error
+            else:
+                self._fast = self._producer = None
+                log.warning("runledger: the broker closed the publishing channel (%s); the %d fire(s) it had not "
+                            "confirmed wait for the recovery sweep", _reason(error), len(rest))
         return result
 
 

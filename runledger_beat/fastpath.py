@@ -365,8 +365,51 @@ class ConfirmChannel:
             self._pending[self.next_tag] = item
             self.next_tag += 1
         self.connection.bytes_sent += len(items)
+        self._keep_window()
+
+    def _keep_window(self) -> None:
         if len(self._pending) > WINDOW_MESSAGES:
             self._read(lambda: len(self._pending) <= WINDOW_MESSAGES, CONFIRM_TIMEOUT)
+
+    def publish_through(self, item: Outgoing, publish: Callable[[], None]) -> None:
+        """Run Celery's own publish of one fire on this channel (``publish`` calls ``send_task_message`` on a
+        producer of ``self.channel``): the first message it publishes awaits its confirm as the fire's, any
+        after it (the task-sent event) only take a delivery tag. A broken channel or connection sets ``error``
+        (the fire kept for ``abandon``); an error before anything was written, on a channel still open, is
+        this message's alone and is raised. The caller holds the socket timeout (``transport.having_timeout``).
+        """
+        if self.error is not None:
+            self._unsent.append(item)
+            return
+        first, original = self.next_tag, self.channel.basic_publish
+        own = vars(self.channel).get("basic_publish")  # py-amqp sets one with confirm_publish on
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            returned = original(*args, **kwargs)
+            if self.next_tag == first:
+                self._pending[first] = item
+            self.next_tag += 1
+            return returned
+
+        self.channel.basic_publish = counted
+        try:
+            publish()
+        except Exception as exc:
+            if self.next_tag == first and self.channel.is_open and not is_connection_error(exc, None):
+                raise
+            if self.next_tag == first:
+                self._unsent.append(item)
+            self._fail(exc)
+            return
+        finally:
+            if own is None:
+                del self.channel.basic_publish  # the class's own again
+            else:
+                self.channel.basic_publish = own
+        try:
+            self._keep_window()
+        except Exception as exc:
+            self._fail(exc)
 
     def write_one(self, item: Outgoing) -> None:
         """Write one message's frames now (Celery's path, from inside its publish); like ``send`` for one fire,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -10,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from celery import Celery, signals
-from kombu import Connection, Queue
+from kombu import Connection, Exchange, Queue
 
 from runledger_beat import fastpath
 from runledger_beat.dispatch import Dispatcher
@@ -273,3 +274,28 @@ def test_sent_events_follow_celerys_setting(amqp_url, queues):
     assert load(_app(amqp_url, queues[0], task_send_sent_event=True, runledger_send_sent_events=False,
                      **conf).conf).send_sent_events is False
     assert not Dispatcher(_app(amqp_url, queues[0]), send_sent_events=True).fast_path()
+
+
+def test_celerys_own_producer_counts_a_fire_sent_once_confirmed_and_sends_its_sent_event(amqp_url, queues):
+    """With task-sent events on, fires go through Celery's own producer on a channel in confirm mode: each
+    fire's task message and its event are written there, and the fire counts as sent once confirmed."""
+    main, monitor = queues
+    app = _app(amqp_url, main)
+    with Connection(amqp_url) as conn:  # a monitor's queue on Celery's event exchange, as Flower binds one
+        Queue(monitor, Exchange(app.conf.event_exchange, type="topic"), routing_key="task.#")(
+            conn.default_channel).declare()
+    fires = [_fire(f"evented-{i}") for i in range(30)]
+    dispatcher = Dispatcher(app, send_sent_events=True)
+    try:
+        assert dispatcher.road() == "celery"
+        dispatcher.send(dispatcher.prepare(fires))
+        assert dispatcher.in_flight() == 0  # every confirm read before send returned
+        result = dispatcher.collect(wait=True)
+        written = dispatcher._fast.next_tag - 1
+    finally:
+        dispatcher.close()
+    assert sorted(result.sent) == sorted(f.id for f in fires) and not result.failed and result.error is None
+    assert written == 2 * len(fires)  # a task message and a task-sent event per fire, on the confirm channel
+    assert {m.properties["application_headers"]["id"] for m in _drain(amqp_url, main)} == {str(f.id) for f in fires}
+    sent_events = [json.loads(m.body) for m in _drain(amqp_url, monitor)]
+    assert sorted(e["uuid"] for e in sent_events if e["type"] == "task-sent") == sorted(str(f.id) for f in fires)

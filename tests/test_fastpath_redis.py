@@ -4,18 +4,22 @@ and a real beat on a Redis broker feeds a real worker through it."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
 from celery import Celery
 
 from runledger_beat.dispatch import Dispatcher
+from runledger_beat.fastpath import CONFIRM_TIMEOUT
 from runledger_beat.fires import Fire, Outgoing
 from runledger_beat.message_template import VERIFY_FIRES
 
 from .e2e import prepare
+from .netcut import Proxy
 from .procs import start_beat, start_worker
 from .rows import insert_schedule
 from .services import wait_for
@@ -115,6 +119,34 @@ def test_a_command_redis_refuses_fails_that_fire_alone(redis_url, queues):
     assert sorted(result.sent) == sorted([fires[0].id, fires[2].id]) and result.error is None
     assert [f.id for f, _ in result.failed] == [fires[1].id] and "WRONGTYPE" in result.failed[0][1]
     assert client.llen(main) == 2
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast path", "celery producer"])
+def test_a_partitioned_redis_fails_the_publish_within_the_timeout_and_heals(redis_url, queues, fast):
+    """Behind a partition (sockets open, nothing relayed) kombu's Redis client would wait for a reply for good,
+    holding beat: the publish fails as a broker outage within CONFIRM_TIMEOUT, and goes out once healed."""
+    parts = urlsplit(redis_url)
+    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 6379))
+    behind = urlunsplit(parts._replace(netloc=f"127.0.0.1:{proxy.port}"))
+    dispatcher = Dispatcher(_app(behind, queues[0]), fast=fast)
+    before, during = [_fire("before")], [_fire(f"during-{i}") for i in range(3)]
+    try:
+        assert _publish(dispatcher, dispatcher.prepare(before)).sent == [before[0].id]
+        prepared = dispatcher.prepare(during)
+        proxy.cut()
+        started = time.monotonic()
+        result = _publish(dispatcher, prepared)
+        took = time.monotonic() - started
+        assert result.error is not None and not result.sent
+        assert sorted(f.id for f, _ in result.failed) == sorted(f.id for f in during)
+        assert CONFIRM_TIMEOUT - 1 < took < CONFIRM_TIMEOUT + 5
+        proxy.heal()
+        again = _publish(dispatcher, dispatcher.prepare(during))  # the outage backlog's retry: a new connection
+        assert sorted(again.sent) == sorted(f.id for f in during) and again.error is None
+    finally:
+        dispatcher.close()
+        proxy.close()
+    assert set(_raw(redis_url, queues)) == {str(f.id) for f in before + during}
 
 
 def test_a_beat_on_redis_feeds_a_worker_through_the_fast_path(db, pg_dsn, schema, redis_url):
