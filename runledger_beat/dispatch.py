@@ -393,7 +393,6 @@ class Dispatcher:
             result.sent.append(fire.id)
         return result
 
-
     def _publish_celery_confirmed(self, outgoing: Sequence[Outgoing]) -> PublishResult:
         """Celery's producer message by message (task-sent events and all) on a channel in confirm mode: a fire
         counts as sent once the broker confirms its message, and no wait is unbounded (a partitioned broker
