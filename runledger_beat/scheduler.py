@@ -36,6 +36,8 @@ class Scheduler(beat.Scheduler):
         self.settings: Settings | None = None
         self.pipeline: FirePipeline | None = None
         self.listener: ChangeListener | None = None
+        self._ticking = False         # a tick is under way (close() then only asks to stop: see close)
+        self._stop_asked = False
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
@@ -82,6 +84,15 @@ class Scheduler(beat.Scheduler):
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Run due work, then wait (woken by NOTIFY) until the next thing to do; return what is left to sleep."""
+        self._ticking = True
+        try:
+            return self._tick()
+        finally:
+            self._ticking = False
+            if self._stop_asked:
+                raise SystemExit()  # beat's service catches it, then calls close() with no step half done
+
+    def _tick(self) -> float:
         wait = self.run_once()
         if wait > 0 and self.listener is not None and self.listener.enabled:
             started = time.monotonic()
@@ -102,7 +113,15 @@ class Scheduler(beat.Scheduler):
         """Nothing to sync: every change is committed as it happens."""
 
     def close(self) -> None:
-        """Publish what is committed, roll back what is prepared, release every connection."""
+        """Publish what is committed, roll back what is prepared, release every connection.
+
+        Celery's SIGTERM/SIGINT handler calls this from inside whatever the main
+        thread was doing, often a tick halfway through a statement: then it only
+        asks the tick to stop, and the real close runs once the tick has unwound.
+        """
+        if self._ticking:
+            self._stop_asked = True
+            return
         if self.pipeline is not None:
             self.pipeline.close()
         if self.listener is not None:

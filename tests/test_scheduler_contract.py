@@ -76,6 +76,33 @@ def test_lookahead_records_ahead_and_commits_at_the_instant(pg_dsn, schema, db):
         scheduler.close()
 
 
+def test_close_called_inside_a_tick_stops_the_tick_before_closing(pg_dsn, schema, db):
+    """Celery's SIGTERM handler calls close() from inside whatever the main thread runs: the tick unwinds first."""
+    class Interrupted(Scheduler):
+        def run_once(self) -> float:
+            wait = super().run_once()
+            if self.pipeline.prepared is not None:
+                self.close()  # what `celery beat`'s signal handler does, between two statements of a step
+                assert self.pipeline.connected and self.pipeline.prepared is not None  # nothing closed under it
+            return wait
+
+    scheduler = Interrupted(_app(pg_dsn, schema, runledger_listen=False, runledger_lookahead=30))
+    try:
+        db.execute("INSERT INTO job_schedules (id, name, job_type, cron_expr, next_fire_at)"
+                   " VALUES (gen_random_uuid(), 'ahead', 'x', '0 0 1 1 *', now() + interval '20 seconds')")
+        deadline = time.monotonic() + 10
+        with pytest.raises(SystemExit):
+            while time.monotonic() < deadline:
+                scheduler.tick()
+        assert scheduler.pipeline.connected  # the tick stopped; beat's service closes next
+    finally:
+        scheduler.close()
+    assert not scheduler.pipeline.connected and scheduler.pipeline.prepared is None
+    assert count(db, "SELECT count(*) AS n FROM jobs") == 0  # the prepared fire rolled back
+    with db.transaction():
+        assert len(db.execute("SELECT id FROM job_schedules FOR UPDATE SKIP LOCKED").fetchall()) == 1
+
+
 def test_tick_wakes_at_once_on_notify(pg_dsn, schema, db):
     scheduler = Scheduler(_app(pg_dsn, schema))
     try:
