@@ -87,8 +87,15 @@ def send_task(n: int) -> dict:
         return _report("celery send_task", n, *_until_queued(queue, n, publish_all))
 
 
-def broker_ceiling(n: int) -> dict:
-    """N stock Celery task messages, built and encoded first, then written as fast as confirms allow."""
+def broker_ceiling(n: int, idle: float = 0.0) -> dict:
+    """N stock Celery task messages, built and encoded first, then written as fast as confirms allow.
+
+    With ``idle`` the queue is declared, the publisher connected and the messages
+    encoded that many seconds before the write, as at a burst's first boundary
+    (the burst declares its queue and starts beat 15 s before the instant): the
+    ceiling under the conditions beat meets there, reported as "broker ceiling,
+    idle first".
+    """
     app = Celery("bench_limits", broker=AMQP)
     dispatcher = Dispatcher(app)
     now = datetime.now(timezone.utc)
@@ -100,11 +107,14 @@ def broker_ceiling(n: int) -> dict:
         app.conf.task_default_queue = queue
         try:
             ready = dispatcher.prepare(fires)
+            time.sleep(idle)
+
             def publish_all() -> None:
                 dispatcher.send(ready)
                 dispatcher.collect(wait=True)
 
-            return _report("broker ceiling", n, *_until_queued(queue, n, publish_all))
+            what = f"broker ceiling, idle first {idle:g} s" if idle else "broker ceiling"
+            return _report(what, n, *_until_queued(queue, n, publish_all))
         finally:
             dispatcher.close()
 
