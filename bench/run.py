@@ -34,11 +34,10 @@ def _median_runs(runs: list[dict]) -> dict:
     middle["min_s"], middle["max_s"] = ordered[0]["seconds_after_due"], ordered[-1]["seconds_after_due"]
     middle["duplicates_any_run"] = sum(r.get("duplicate_rows", 0) + max(r.get("duplicate_messages", 0), 0)
                                        for r in runs)
-    for key, values in (("ratio", [r["ratio"] for r in runs if "ratio" in r]),
-                        ("steady_ratio", [x for r in runs for x in r.get("steady_ratios", [])]),
-                        ("ratio_same_n", [r["ratio_same_n"] for r in runs if "ratio_same_n" in r]),
-                        ("ratio_idle", [r["ratio_idle"] for r in runs if "ratio_idle" in r]),
-                        ("idle_ceiling_ratio", [r["idle_ceiling_ratio"] for r in runs if "idle_ceiling_ratio" in r])):
+    spreads = {key: [r[key] for r in runs if key in r]
+               for key in ("ratio", "ratio_same_n", "ratio_idle", "idle_ceiling_ratio")}
+    spreads["steady_ratio"] = [x for r in runs for x in r.get("steady_ratios", [])]
+    for key, values in spreads.items():
         if values:
             middle[f"{key}_median"] = round(statistics.median(values), 3)
             middle[f"{key}_min"], middle[f"{key}_max"] = min(values), max(values)
@@ -70,16 +69,17 @@ def _amqp_burst(n: int, beats: int, idle_first: bool = False, **kwargs) -> dict:
     its publisher connected and its messages encoded ``bench_burst.LEAD`` seconds before the write, as the burst's
     are before its first instant): the first boundary is reported against both.
     """
-    def idle() -> list[float]:
-        return [bench_limits.broker_ceiling(10_000, bench_burst.LEAD)["per_s"]] if idle_first else []
+    def hot_bracket() -> tuple[dict, float, list[float]]:
+        return _bracketed(lambda: bench_limits.broker_ceiling(10_000)["per_s"],
+                          lambda: bench_burst.burst(n, beats, **kwargs))
 
-    idle_runs = idle()
-    burst, ceiling, both = _bracketed(lambda: bench_limits.broker_ceiling(10_000)["per_s"],
-                                      lambda: bench_burst.burst(n, beats, **kwargs))
-    idle_runs += idle()
+    if idle_first:
+        (burst, ceiling, both), idle_per_s, idle_runs = _bracketed(
+            lambda: bench_limits.broker_ceiling(10_000, bench_burst.LEAD)["per_s"], hot_bracket)
+    else:
+        burst, ceiling, both = hot_bracket()
     run = dict(_ratio(burst, ceiling), baseline_runs=both)
-    if idle_runs:
-        idle_per_s = statistics.mean(idle_runs)
+    if idle_first:
         run.update(idle_baseline_runs=idle_runs, ratio_idle=round(run["fires_per_s"] / idle_per_s, 3),
                    idle_ceiling_ratio=round(idle_per_s / ceiling, 3))
     if run.get("steady_s"):
