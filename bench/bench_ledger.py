@@ -4,6 +4,10 @@ drop: a day partition holding --day-rows finished fires is dropped by runledger_
 (retention) and timed; the baseline, in the same round, is what an unpartitioned ledger must do
 instead: DELETE of the same number of rows (same columns and indexes) from a plain table.
 
+loop: beat's first step (FirePipeline.run_once, which makes partitions ahead and starts the retention
+drops) beside a day of --loop-rows rows past the retention: the step's time against the time until the
+day is gone, to show the loop does not wait while the filesystem frees the day's files.
+
 migrate: a schema at migration 5 with --migrate-rows finished fires is migrated to partitions while a
 writer inserts a ledger row every 5 ms; reported are the migration's wall time and the writer's
 longest wait (the lock anyone felt), so the ratio shows how much of the migration blocked writes.
@@ -18,13 +22,18 @@ import statistics
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DSN, connect, drop_schema, emit, fresh_schema, token  # noqa: E402
+from celery import Celery  # noqa: E402
+
+from bench.common import AMQP, DSN, connect, drop_schema, emit, fresh_schema, token  # noqa: E402
 from runledger_beat.db import migrate  # noqa: E402
+from runledger_beat.pipeline import FirePipeline  # noqa: E402
+from runledger_beat.settings import load  # noqa: E402
 
 FILL_DAY = """
 INSERT INTO {table} (id, schedule_id, schedule_name, scheduled_for, job_type, payload, stage, status,
@@ -42,8 +51,9 @@ def drop_round(rows: int) -> dict:
     try:
         with connect(DSN, schema, autocommit=True) as db:
             db.execute("SELECT count(*) FROM runledger_maintain_ledger(NULL, 7, now() - interval '40 days')")
+            # The oldest of the days just made (41 days ago): the only one past a 40-day retention.
             day = db.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
-                             " - interval '40 days' AS d").fetchone()["d"]
+                             " - interval '41 days' AS d").fetchone()["d"]
             db.execute(FILL_DAY.format(table="jobs"), {"day": day, "n": rows})
             db.execute("CREATE TABLE plain (LIKE jobs INCLUDING DEFAULTS)")
             for index in ("(schedule_id, scheduled_for)", "(created_at)", "(schedule_id, created_at DESC)", "(id)"):
@@ -53,14 +63,47 @@ def drop_round(rows: int) -> dict:
             db.execute("VACUUM ANALYZE plain")
             db.execute("CHECKPOINT")
             began = time.perf_counter()
-            done = db.execute("SELECT * FROM runledger_maintain_ledger(interval '30 days')").fetchall()
+            done = db.execute("SELECT * FROM runledger_maintain_ledger(interval '40 days')").fetchall()
             dropped_ms = (time.perf_counter() - began) * 1000
-            assert any(r["action"] == "dropped" for r in done), done
+            assert [r["action"] for r in done] == ["dropped"], done
             began = time.perf_counter()
             deleted = db.execute("DELETE FROM plain WHERE scheduled_for < %s + interval '1 day'", (day,)).rowcount
             delete_ms = (time.perf_counter() - began) * 1000
             assert deleted == rows
         return {"drop_ms": dropped_ms, "delete_ms": delete_ms}
+    finally:
+        drop_schema(schema)
+
+
+def loop_round(rows: int) -> dict:
+    """Beat's first step (``FirePipeline.run_once``) beside a day of ``rows`` rows past the retention: how long
+    the loop is away, and how long until the day is gone (its drop runs in the background, retention.py)."""
+    schema = fresh_schema()
+    try:
+        with connect(DSN, schema, autocommit=True) as db:
+            db.execute("SELECT count(*) FROM runledger_maintain_ledger(NULL, 7, now() - interval '40 days')")
+            day = db.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+                             " - interval '41 days' AS d").fetchone()["d"]
+            db.execute(FILL_DAY.format(table="jobs"), {"day": day, "n": rows})
+            db.execute("VACUUM ANALYZE jobs")
+            db.execute("CHECKPOINT")
+            old = db.execute("SELECT 'jobs_p' || to_char(%s AT TIME ZONE 'UTC', 'YYYYMMDD') AS n",
+                             (day,)).fetchone()["n"]
+        app = Celery(f"bench_ledger_{token()}", broker=AMQP)
+        app.conf.update(runledger_dsn=DSN, runledger_schema=schema, runledger_listen=False,
+                        runledger_retention=timedelta(days=40))
+        pipeline = FirePipeline(app, load(app.conf))
+        try:
+            began = time.perf_counter()
+            pipeline.run_once()
+            step = time.perf_counter() - began
+            pipeline.retention.join()
+            gone = time.perf_counter() - began
+        finally:
+            pipeline.close()
+        with connect(DSN, schema, autocommit=True) as db:
+            assert db.execute("SELECT to_regclass(%s) AS r", (old,)).fetchone()["r"] is None, f"{old} not dropped"
+        return {"step_ms": step * 1000, "gone_ms": gone * 1000}
     finally:
         drop_schema(schema)
 
@@ -113,12 +156,20 @@ def main() -> dict:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--day-rows", type=int, default=500_000)
     parser.add_argument("--migrate-rows", type=int, default=2_000_000)
+    parser.add_argument("--loop-rows", type=int, default=1_000_000,
+                        help="rows of the day dropped beside beat's first step (0: skip)")
     args = parser.parse_args()
     drops = [drop_round(args.day_rows) for _ in range(args.rounds)]
     result = {"bench": "ledger", "rounds": args.rounds, "day_rows": args.day_rows,
               "drop_day_ms": _spread([d["drop_ms"] for d in drops]),
               "delete_same_rows_ms": _spread([d["delete_ms"] for d in drops]),
               "drop_over_delete": _spread([d["drop_ms"] / d["delete_ms"] for d in drops])}
+    if args.loop_rows:
+        loops = [loop_round(args.loop_rows) for _ in range(max(1, args.rounds // 2))]
+        result.update({"loop_rows": args.loop_rows,
+                       "loop_step_ms": _spread([r["step_ms"] for r in loops]),
+                       "day_gone_ms": _spread([r["gone_ms"] for r in loops]),
+                       "step_over_gone": _spread([r["step_ms"] / r["gone_ms"] for r in loops])})
     if args.migrate_rows:
         migrations = [migrate_round(args.migrate_rows) for _ in range(max(1, args.rounds // 2))]
         result.update({"migrate_rows": args.migrate_rows,

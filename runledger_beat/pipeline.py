@@ -53,6 +53,7 @@ from .dispatch import Dispatcher
 from .fastpath import CONFIRM_TIMEOUT
 from .fires import Fire, Outgoing
 from .materialize import GROUP_WINDOW_SECONDS, FaultPolicy, cancel_overlapped, record_pass, skip_overlapping
+from .retention import RetentionDrops
 from .settings import Settings
 from .spill import PackedIds, SpillFile, is_parked
 from .store import Store
@@ -94,9 +95,11 @@ RATE_MIN_FIRES = 500
 IDLE_MARGIN = 5.0
 #: Seconds between prunings of the audit log (entries older than runledger_retention go).
 PRUNE_EVERY = 3600.0
-#: Seconds before the ledger's partition maintenance runs again: after it ran, and after it found a lock busy.
+#: Seconds before the ledger's partitions are made ahead again: after it ran, and after it found a lock busy.
 LEDGER_EVERY = 3600.0
 LEDGER_RETRY = 60.0
+#: Seconds shutdown waits for retention drops under way (their thread is a daemon: it ends with beat).
+RETENTION_JOIN_TIMEOUT = 5.0
 #: Seconds shutdown waits for the broker's next confirm (the recovery sweep covers those never confirmed).
 SHUTDOWN_CONFIRM_TIMEOUT = 2.0
 #: How long a fire may stay sent with no worker hook seen before beat warns, and how often it warns.
@@ -152,6 +155,7 @@ class FirePipeline:
         self._next_hook_warning = 0.0
         self._next_prune = 0.0
         self._next_ledger = 0.0
+        self.retention = RetentionDrops(settings, self._timeouts())
         self.faults = FaultPolicy(delay=settings.defer_seconds, quarantine_after=settings.quarantine_after)
         self.db_backoff = Backoff("Postgres")
         self.broker_backoff = Backoff("broker")
@@ -184,11 +188,14 @@ class FirePipeline:
             return
         self.close_connections()
         dsn, schema = self.settings.dsn, self.settings.schema
-        timeouts = {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT,
-                    "idle_in_transaction_session_timeout": self.settings.lookahead + IDLE_MARGIN}
+        timeouts = self._timeouts()
         # The claim statement nulls and names out-of-range instants itself: psycopg's fast C loaders suffice.
         self._claims = connect(dsn, schema, application_name="runledger_beat", safe_timestamps=False, **timeouts)
         self._ledger = connect(dsn, schema, autocommit=True, application_name="runledger_beat.ledger", **timeouts)
+
+    def _timeouts(self) -> dict[str, float]:
+        return {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT,
+                "idle_in_transaction_session_timeout": self.settings.lookahead + IDLE_MARGIN}
 
     @property
     def connected(self) -> bool:
@@ -238,6 +245,8 @@ class FirePipeline:
             if self.prepared is None and time.monotonic() >= self._next_ledger:
                 self._settle(wait=True)
                 self._maintain_ledger(self.ledger)  # between instants: no prepared transaction holds locks
+            if self.prepared is None:
+                self.retention.start_if_due()  # in the background: see retention.py
             self._record()
             self._settle(wait=True)  # every confirm in before beat sleeps
             if time.monotonic() >= self._next_sweep and not self._commit_imminent():
@@ -299,8 +308,10 @@ class FirePipeline:
         """One claim pass; returns how many schedules it claimed."""
         prepared, claims = self.prepared, self.claims
         lookahead = self.lead  # never below runledger_lookahead (see _seconds_until_due)
-        if prepared is None and lookahead > 0 and not claims.try_prepare_lock():
-            lookahead = 0.0  # another beat is preparing an instant: take only what is due
+        if prepared is None and lookahead > 0 and (self.retention.running or not claims.try_prepare_lock()):
+            # Another beat is preparing an instant, or this beat's retention drops need the lock: take only what
+            # is due.
+            lookahead = 0.0
         if prepared is None and lookahead > self.settings.lookahead:
             # Only this stretched transaction may idle longer: a frozen beat's small instants are still
             # released after the plain lookahead plus the margin.
@@ -716,11 +727,12 @@ class FirePipeline:
                         self.settings.schema, safe_error(exc))
 
     def _maintain_ledger(self, ledger: Store) -> None:
-        """Day partitions ahead, days past runledger_retention dropped: at start, then hourly, a minute on when
-        a lock was busy; only between instants (a prepared transaction's locks would make the DDL wait)."""
+        """Day partitions made ahead: at start, then hourly, a minute on when a lock was busy; only between
+        instants (a prepared transaction's locks would make the DDL wait). Days past runledger_retention are
+        dropped by ``self.retention`` in the background."""
         self._next_ledger = time.monotonic() + LEDGER_EVERY
         try:
-            done = ledger.maintain_ledger(self.settings.retention)
+            done = ledger.maintain_ledger(None)
         except psycopg.errors.InsufficientPrivilege as exc:
             log.warning("runledger: cannot maintain the ledger's partitions (%s); grant EXECUTE ON FUNCTION "
                         "%s.runledger_maintain_ledger to beat's role", safe_error(exc), self.settings.schema)
@@ -769,5 +781,6 @@ class FirePipeline:
         self._held = []
         self._instants.clear()
         self.close_connections()
+        self.retention.join(RETENTION_JOIN_TIMEOUT)
         self.dispatcher.close()
         self.metrics.close()
