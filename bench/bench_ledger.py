@@ -45,16 +45,23 @@ SELECT gen_random_uuid(), NULL, 'old-' || (g %% 500), %(day)s + interval '1 day'
 """
 
 
+def _old_day(db, rows: int) -> tuple:
+    """Day partitions 41 to 33 days ago, the oldest (the only one past a 40-day retention) filled with
+    ``rows`` finished fires: (its first instant, its name)."""
+    db.execute("SELECT count(*) FROM runledger_maintain_ledger(NULL, 7, now() - interval '40 days')")
+    day = db.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+                     " - interval '41 days' AS d").fetchone()["d"]
+    db.execute(FILL_DAY.format(table="jobs"), {"day": day, "n": rows})
+    name = db.execute("SELECT 'jobs_p' || to_char(%s AT TIME ZONE 'UTC', 'YYYYMMDD') AS n", (day,)).fetchone()["n"]
+    return day, name
+
+
 def drop_round(rows: int) -> dict:
     """Drop one day partition of ``rows`` rows; delete as many rows from a plain table (the baseline)."""
     schema = fresh_schema()
     try:
         with connect(DSN, schema, autocommit=True) as db:
-            db.execute("SELECT count(*) FROM runledger_maintain_ledger(NULL, 7, now() - interval '40 days')")
-            # The oldest of the days just made (41 days ago): the only one past a 40-day retention.
-            day = db.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
-                             " - interval '41 days' AS d").fetchone()["d"]
-            db.execute(FILL_DAY.format(table="jobs"), {"day": day, "n": rows})
+            day, _ = _old_day(db, rows)
             db.execute("CREATE TABLE plain (LIKE jobs INCLUDING DEFAULTS)")
             for index in ("(schedule_id, scheduled_for)", "(created_at)", "(schedule_id, created_at DESC)", "(id)"):
                 db.execute(f"CREATE INDEX ON plain {index}")
@@ -81,14 +88,9 @@ def loop_round(rows: int) -> dict:
     schema = fresh_schema()
     try:
         with connect(DSN, schema, autocommit=True) as db:
-            db.execute("SELECT count(*) FROM runledger_maintain_ledger(NULL, 7, now() - interval '40 days')")
-            day = db.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
-                             " - interval '41 days' AS d").fetchone()["d"]
-            db.execute(FILL_DAY.format(table="jobs"), {"day": day, "n": rows})
+            _, old = _old_day(db, rows)
             db.execute("VACUUM ANALYZE jobs")
             db.execute("CHECKPOINT")
-            old = db.execute("SELECT 'jobs_p' || to_char(%s AT TIME ZONE 'UTC', 'YYYYMMDD') AS n",
-                             (day,)).fetchone()["n"]
         app = Celery(f"bench_ledger_{token()}", broker=AMQP)
         app.conf.update(runledger_dsn=DSN, runledger_schema=schema, runledger_listen=False,
                         runledger_retention=timedelta(days=40))

@@ -53,7 +53,7 @@ from .dispatch import Dispatcher
 from .fastpath import CONFIRM_TIMEOUT
 from .fires import Fire, Outgoing
 from .materialize import GROUP_WINDOW_SECONDS, FaultPolicy, cancel_overlapped, record_pass, skip_overlapping
-from .retention import RetentionDrops
+from .retention import RetentionDrops, log_partitions
 from .settings import Settings
 from .spill import PackedIds, SpillFile, is_parked
 from .store import Store
@@ -98,6 +98,8 @@ PRUNE_EVERY = 3600.0
 #: Seconds before the ledger's partitions are made ahead again: after it ran, and after it found a lock busy.
 LEDGER_EVERY = 3600.0
 LEDGER_RETRY = 60.0
+#: Seconds between looks while the retention drops hold preparing back (a run with nothing to drop takes ~20 ms).
+RETENTION_POLL = 0.05
 #: Seconds shutdown waits for retention drops under way (their thread is a daemon: it ends with beat).
 RETENTION_JOIN_TIMEOUT = 5.0
 #: Seconds shutdown waits for the broker's next confirm (the recovery sweep covers those never confirmed).
@@ -308,8 +310,9 @@ class FirePipeline:
         """One claim pass; returns how many schedules it claimed."""
         prepared, claims = self.prepared, self.claims
         lookahead = self.lead  # never below runledger_lookahead (see _seconds_until_due)
-        if prepared is None and lookahead > 0 and (self.retention.running or not claims.try_prepare_lock()):
-            # Another beat is preparing an instant, or this beat's retention drops need the lock: take only what
+        held_back = prepared is None and lookahead > 0 and self.retention.running
+        if held_back or (prepared is None and lookahead > 0 and not claims.try_prepare_lock()):
+            # This beat's retention drops need the lock, or another beat is preparing an instant: take only what
             # is due.
             lookahead = 0.0
         if prepared is None and lookahead > self.settings.lookahead:
@@ -321,7 +324,7 @@ class FirePipeline:
         if result.clock_offset is not None:
             self._clock_offset = result.clock_offset
         if prepared is None:
-            self._contended = result.claimed == 0
+            self._contended = result.claimed == 0 and not held_back
         if self.metrics.enabled:
             self.metrics.fired("skipped", result.skipped)
             self.metrics.fired("deferred", result.deferred)
@@ -589,6 +592,10 @@ class FirePipeline:
             return 0.0 if self._claims_left else max(0.0, min(cap, self.prepared.commit_at - now + WAKE_MARGIN))
         if due is None:
             return cap
+        if due <= 0 and self.retention.running:
+            # The retention drops hold this beat's preparing back (_record_batch): look again shortly, and at
+            # the instant at the latest.
+            return max(0.0, min(cap, RETENTION_POLL, due + self.lead + WAKE_MARGIN))
         if self._contended and due <= 0:
             # Every row in the window is locked by another beat, which fires it at its
             # instant; look again then (sooner if it is already past: that beat may be gone).
@@ -737,13 +744,8 @@ class FirePipeline:
             log.warning("runledger: cannot maintain the ledger's partitions (%s); grant EXECUTE ON FUNCTION "
                         "%s.runledger_maintain_ledger to beat's role", safe_error(exc), self.settings.schema)
             return
-        for row in done:
-            if row["action"] == "busy":
-                self._next_ledger = time.monotonic() + LEDGER_RETRY
-                log.info("runledger: ledger partition %s is busy (a lock held elsewhere); trying again in %.0f s",
-                         row["partition_name"], LEDGER_RETRY)
-            else:
-                log.info("runledger: ledger partition %s %s", row["partition_name"], row["action"])
+        if log_partitions(done, LEDGER_RETRY):
+            self._next_ledger = time.monotonic() + LEDGER_RETRY
 
     def _warn_without_hook(self, ledger: Store) -> None:
         """Warn (hourly) when sent fires stay unstarted and no worker runs the ledger hook."""

@@ -73,10 +73,18 @@ class RetentionDrops:
             log.warning("runledger: dropping ledger days past the retention failed (%s); trying again in %.0f s",
                         safe_error(exc, dsn), DROP_RETRY)
             return
-        for row in done:
-            if row["action"] == "busy":
-                self._next = time.monotonic() + DROP_RETRY
-                log.info("runledger: ledger partition %s is busy (a lock held elsewhere); trying again in %.0f s",
-                         row["partition_name"], DROP_RETRY)
-            else:
-                log.info("runledger: ledger partition %s %s", row["partition_name"], row["action"])
+        if log_partitions(done, DROP_RETRY):
+            self._next = time.monotonic() + DROP_RETRY
+
+
+def log_partitions(done: list[dict], retry: float) -> bool:
+    """Log what ``runledger_maintain_ledger`` did, partition by partition; whether a lock was busy."""
+    busy = False
+    for row in done:
+        if row["action"] == "busy":
+            busy = True
+            log.info("runledger: ledger partition %s is busy (a lock held elsewhere); trying again in %.0f s",
+                     row["partition_name"], retry)
+        else:
+            log.info("runledger: ledger partition %s %s", row["partition_name"], row["action"])
+    return busy

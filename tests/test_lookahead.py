@@ -136,6 +136,8 @@ def test_a_second_beat_waits_for_the_instant_instead_of_spinning(db, pg_dsn, sch
     two = _scheduler(pg_dsn, schema, amqp_url, queue)
     try:
         _run_until([one], lambda: one.pipeline.prepared is not None)
+        two.run_once()  # its first step starts its retention drops: it looks again shortly until they end
+        two.pipeline.retention.join(10)
         wait = two.run_once()
         assert two.pipeline.prepared is None
         assert wait > 0.8  # sleeps until the instant the other beat holds, not a busy loop
