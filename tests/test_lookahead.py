@@ -129,6 +129,26 @@ def test_overlap_skip_is_judged_at_the_instant_not_when_recorded(db, pg_dsn, sch
     assert fired["running"]["status"] == "skipped" and fired["running"]["last_error"].startswith("overlap:")
 
 
+def test_the_first_instant_after_start_is_prepared_ahead_while_the_retention_drops_run(db, pg_dsn, schema, amqp_url,
+                                                                                      queue):
+    instant = _soon(db, 2.0)
+    insert_schedule(db, "first", cron=ONCE, next_fire_at=instant)
+    scheduler = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_lookahead=3.0)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            wait = scheduler.run_once()
+            if scheduler.pipeline.prepared is not None:
+                break
+            time.sleep(wait)  # as celery beat sleeps between ticks
+        prepared_at = time.time()
+        assert scheduler.pipeline.prepared is not None
+        # The first step's retention run holds preparing back for its ~20 ms, not until the instant.
+        assert prepared_at < instant.timestamp() - 1.0
+    finally:
+        scheduler.close()
+
+
 def test_a_second_beat_waits_for_the_instant_instead_of_spinning(db, pg_dsn, schema, amqp_url, queue):
     instant = _soon(db, 1.8)
     insert_schedule(db, "shared", cron=ONCE, next_fire_at=instant)
