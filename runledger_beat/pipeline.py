@@ -53,7 +53,7 @@ from .dispatch import Dispatcher
 from .fastpath import CONFIRM_TIMEOUT
 from .fires import Fire, Outgoing
 from .materialize import GROUP_WINDOW_SECONDS, FaultPolicy, cancel_overlapped, record_pass, skip_overlapping
-from .retention import RetentionDrops, log_partitions
+from .retention import LEDGER_EVERY, LEDGER_RETRY, RetentionDrops, log_partitions
 from .settings import Settings
 from .spill import PackedIds, SpillFile, is_parked
 from .store import Store
@@ -95,9 +95,6 @@ RATE_MIN_FIRES = 500
 IDLE_MARGIN = 5.0
 #: Seconds between prunings of the audit log (entries older than runledger_retention go).
 PRUNE_EVERY = 3600.0
-#: Seconds before the ledger's partitions are made ahead again: after it ran, and after it found a lock busy.
-LEDGER_EVERY = 3600.0
-LEDGER_RETRY = 60.0
 #: Seconds between looks while the retention drops hold preparing back (a run with nothing to drop takes ~20 ms).
 RETENTION_POLL = 0.05
 #: Seconds shutdown waits for retention drops under way (their thread is a daemon: it ends with beat).
@@ -310,11 +307,13 @@ class FirePipeline:
         """One claim pass; returns how many schedules it claimed."""
         prepared, claims = self.prepared, self.claims
         lookahead = self.lead  # never below runledger_lookahead (see _seconds_until_due)
-        held_back = prepared is None and lookahead > 0 and self.retention.running
-        if held_back or (prepared is None and lookahead > 0 and not claims.try_prepare_lock()):
-            # This beat's retention drops need the lock, or another beat is preparing an instant: take only what
-            # is due.
-            lookahead = 0.0
+        held_back = False
+        if prepared is None and lookahead > 0:
+            held_back = self.retention.running
+            if held_back or not claims.try_prepare_lock():
+                # This beat's retention drops need the lock, or another beat is preparing an instant: take only
+                # what is due.
+                lookahead = 0.0
         if prepared is None and lookahead > self.settings.lookahead:
             # Only this stretched transaction may idle longer: a frozen beat's small instants are still
             # released after the plain lookahead plus the margin.

@@ -27,9 +27,10 @@ from .store import Store
 
 log = logging.getLogger("runledger_beat.pipeline")
 
-#: Seconds before the drops run again: after they ran, and after a lock was busy or the call failed.
-DROP_EVERY = 3600.0
-DROP_RETRY = 60.0
+#: Seconds before the ledger's maintenance runs again (the loop's partitions ahead, this thread's drops): after
+#: it ran, and after a lock was busy or the call failed.
+LEDGER_EVERY = 3600.0
+LEDGER_RETRY = 60.0
 
 
 class RetentionDrops:
@@ -50,7 +51,7 @@ class RetentionDrops:
         """Start a run when one is due, none is under way and a retention is set; whether one started."""
         if self.settings.retention is None or self.running or time.monotonic() < self._next:
             return False
-        self._next = time.monotonic() + DROP_EVERY
+        self._next = time.monotonic() + LEDGER_EVERY
         self._thread = threading.Thread(target=self._run, name="runledger-retention", daemon=True)
         self._thread.start()
         return True
@@ -69,12 +70,12 @@ class RetentionDrops:
         except psycopg.errors.InsufficientPrivilege:
             return  # the loop's partition maintenance already said so, with the GRANT to add
         except psycopg.Error as exc:
-            self._next = time.monotonic() + DROP_RETRY
+            self._next = time.monotonic() + LEDGER_RETRY
             log.warning("runledger: dropping ledger days past the retention failed (%s); trying again in %.0f s",
-                        safe_error(exc, dsn), DROP_RETRY)
+                        safe_error(exc, dsn), LEDGER_RETRY)
             return
-        if log_partitions(done, DROP_RETRY):
-            self._next = time.monotonic() + DROP_RETRY
+        if log_partitions(done, LEDGER_RETRY):
+            self._next = time.monotonic() + LEDGER_RETRY
 
 
 def log_partitions(done: list[dict], retry: float) -> bool:
