@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -50,7 +51,8 @@ BIG_LEAD = 45.0
 
 
 def burst(n: int, beats: int, extra: dict | None = None, label: str = "runledger",
-          env_extra: dict | None = None, boundaries: int = 1, period: int = 30, broker: str = "amqp") -> dict:
+          env_extra: dict | None = None, boundaries: int = 1, period: int = 30, broker: str = "amqp",
+          on_due: Callable[[float], None] | None = None) -> dict:
     """One burst of ``n`` fires with ``beats`` beats; returns the measurement.
 
     With ``boundaries`` > 1 the schedules fire every ``period`` seconds (a 6-field
@@ -62,6 +64,7 @@ def burst(n: int, beats: int, extra: dict | None = None, label: str = "runledger
     takes 10k messages into a queue already holding 10k at 0.80-1.21 of its rate
     into an empty one (3 runs), which would be measured as beat's.
     ``broker`` "redis" runs the beats on Redis and counts the queue's list instead.
+    ``on_due`` is called with the first instant (local clock) once the beats are started.
     """
     schema, queue = fresh_schema(), f"benchq_{token()}"
     if broker == "redis":
@@ -84,6 +87,8 @@ def burst(n: int, beats: int, extra: dict | None = None, label: str = "runledger
                 "--loglevel", os.environ.get("BENCH_LOGLEVEL", "WARNING"), "--pidfile="]
         procs = [start(argv, env, log) for log in logs]
         due_local = due.timestamp() - offset
+        if on_due is not None:
+            on_due(due_local)
         deadline = due_local + 120
         depth = RedisDepthProbe(queue) if broker == "redis" else DepthProbe(queue)
         rows = CountProbe(schema, "SELECT count(*) AS n FROM jobs")
