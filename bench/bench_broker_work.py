@@ -32,7 +32,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import bench_burst  # noqa: E402
-from bench.common import CLK_TCK, emit, token  # noqa: E402
+from bench.common import cpu_seconds, emit, token  # noqa: E402
 
 BEFORE, AFTER = 0.2, 2.0  # snapshots this long before and after each instant (s)
 PERIOD, BOUNDARIES = 20, 3
@@ -62,14 +62,11 @@ file:close(F).
 def _cpu_by_process() -> dict[str, tuple[str, float]]:
     """pid -> (name, CPU seconds so far) of every process on this machine."""
     out = {}
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                raw = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                continue
-            name, rest = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
-            out[pid] = (name, (int(rest[11]) + int(rest[12])) / CLK_TCK)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            out[pid] = (Path(f"/proc/{pid}/comm").read_text().strip(), cpu_seconds(int(pid)))
+        except OSError:  # gone meanwhile
+            continue
     return out
 
 
