@@ -32,6 +32,7 @@ re-exported here.
 from __future__ import annotations
 
 import re
+import time
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from importlib import resources
@@ -49,6 +50,7 @@ from psycopg.types.datetime import (
 from psycopg.types.json import JsonbBinaryLoader, JsonBinaryLoader, JsonbLoader, JsonLoader
 
 from . import queries
+from .backoff import Backoff
 from .redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
 
 __all__ = ["DEFAULT_SCHEMA", "OUT_OF_RANGE_HIGH", "OUT_OF_RANGE_LOW", "OUT_OF_RANGE_REASON", "UNREADABLE_JSON",
@@ -325,14 +327,25 @@ def check_version(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> int
 
 #: A line splitting a migration into steps, each committed on its own (a long scan without a long lock).
 STEP_MARKER = "\n-- runledger:commit\n"
+#: How long a migration step waits for a table lock before it lets go and tries again. While a DDL
+#: statement waits for its lock, every insert into that table queues behind it: without this bound one
+#: long transaction reading jobs would hold back every beat and worker for as long as it runs.
+MIGRATION_LOCK_TIMEOUT = 0.2
+#: How long a migration keeps trying to take its locks before it gives up (ConfigError).
+MIGRATION_GIVE_UP_AFTER = 300.0
 
 
-def migrate(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA, until: int | None = None) -> list[str]:
+def migrate(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA, until: int | None = None, *,
+            lock_timeout: float = MIGRATION_LOCK_TIMEOUT,
+            give_up_after: float = MIGRATION_GIVE_UP_AFTER) -> list[str]:
     """Apply the migrations not yet applied, under an advisory lock; return their names.
 
     Each migration is one transaction, or several where its file is split by STEP_MARKER lines
     (each step may run again: it is recorded after the last). ``until`` stops after that version
-    (tests and benchmarks build an older schema with it).
+    (tests and benchmarks build an older schema with it). A step waits ``lock_timeout`` seconds at
+    most for a table lock, then rolls back and tries again with back-off (from then on once no beat
+    holds an instant prepared), so writers never queue long behind it; after ``give_up_after``
+    seconds of that it raises ConfigError.
 
     Safe to run from many processes at once; applying twice is a no-op. When every
     shipped migration is already applied it only reads (no DDL, no lock), so a role
@@ -350,20 +363,53 @@ def migrate(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA, until: int |
     for version, name, text in shipped:
         steps = text.split(STEP_MARKER)
         for number, step in enumerate(steps, 1):
-            with conn.transaction():
-                conn.execute(queries.migrate_lock, {"schema": schema})
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-                set_search_path(conn, schema, local=True)
-                conn.execute(queries.create_migrations_table)
-                done = {_value(row, "version") for row in conn.execute(queries.applied_migrations).fetchall()}
-                _refuse_newer(done)
-                if version in done:
+            where = f"migration {name}" + (f" (step {number} of {len(steps)})" if len(steps) > 1 else "")
+            retry = Backoff(f"the table locks of {where}", first=0.05, cap=1.0)
+            deadline = time.monotonic() + give_up_after
+            while True:
+                try:
+                    outcome = _apply_step(conn, schema, version, name, step, number == len(steps), lock_timeout,
+                                          hold_preparing=retry.failing)
                     break
-                conn.execute(step)
-                if number == len(steps):
-                    conn.execute(queries.record_migration, {"version": version, "name": name})
-                    applied_now.append(name)
+                except psycopg.errors.LockNotAvailable as exc:
+                    if time.monotonic() >= deadline:
+                        raise ConfigError(
+                            f"runledger_schema: {where} could not take its table locks within {give_up_after:g} s: "
+                            "a long transaction holds them (see pg_stat_activity); run `runledger-beat migrate` "
+                            "again once it ends") from exc
+                    time.sleep(retry.failed("another transaction holds them"))
+            retry.succeeded()
+            if outcome == "done before":
+                break
+            if outcome == "recorded":
+                applied_now.append(name)
     return applied_now
+
+
+def _apply_step(conn: psycopg.Connection, schema: str, version: int, name: str, step: str, last: bool,
+                lock_timeout: float, hold_preparing: bool) -> str:
+    """Run one step of a migration in its own transaction: 'done before', 'recorded' (the last step) or 'ran'.
+
+    ``hold_preparing`` (a retry) first waits until no beat holds an instant prepared and keeps them from
+    preparing one: a step that conflicts with beats' open transactions then gets its locks.
+    """
+    with conn.transaction():
+        conn.execute(queries.migrate_lock, {"schema": schema})  # other migrators are waited for, unbounded
+        if hold_preparing:
+            conn.execute(queries.migrate_hold_preparing, {"schema": schema})
+        conn.execute(queries.bound_lock_waits, {"ms": f"{round(lock_timeout * 1000)}ms"})
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        set_search_path(conn, schema, local=True)
+        conn.execute(queries.create_migrations_table)
+        done = {_value(row, "version") for row in conn.execute(queries.applied_migrations).fetchall()}
+        _refuse_newer(done)
+        if version in done:
+            return "done before"
+        conn.execute(step)
+        if not last:
+            return "ran"
+        conn.execute(queries.record_migration, {"version": version, "name": name})
+        return "recorded"
 
 
 def drop_schema(conn: psycopg.Connection, schema: str) -> None:

@@ -6,13 +6,14 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
+from itertools import pairwise
 
 import psycopg
 import pytest
 from psycopg import sql
 
 from runledger_beat import api, queries
-from runledger_beat.db import STEP_MARKER, connect, migrate, migration_files
+from runledger_beat.db import STEP_MARKER, ConfigError, check_version, connect, migrate, migration_files
 from runledger_beat.timeengine import ScheduleError
 
 from .e2e import count, delete_queue, prepare
@@ -120,15 +121,57 @@ def test_a_beat_started_after_weeks_of_downtime_drops_the_old_days_and_fires_int
     assert homes <= {_part(-1), _part(0), _part(1)}  # fires sit in their day, none left in the default
 
 
+def _schema_at(pg_dsn: str, until: int) -> str:
+    name = f"t_old_{uuid.uuid4().hex[:8]}"
+    with connect(pg_dsn, "public", autocommit=True) as conn:
+        migrate(conn, name, until=until)
+    return name
+
+
+def _drop(pg_dsn: str, name: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
 @pytest.fixture
 def old_schema(pg_dsn):
     """A schema at migration 5 (before partitioning), dropped afterwards."""
-    name = f"t_old_{uuid.uuid4().hex[:8]}"
-    with connect(pg_dsn, "public", autocommit=True) as conn:
-        migrate(conn, name, until=5)
+    name = _schema_at(pg_dsn, 5)
     yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    _drop(pg_dsn, name)
+
+
+class Writer:
+    """Records a manual run every 5 ms on its own connection and how long each insert waited.
+
+    Commits do not wait for the disk (synchronous_commit off): what is measured is the wait for locks
+    and the statement itself, not an fsync stalled by whatever else the machine writes.
+    """
+
+    def __init__(self, pg_dsn: str, schema: str) -> None:
+        self.pg_dsn, self.schema = pg_dsn, schema
+        self.waits: list[float] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        with connect(self.pg_dsn, self.schema, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = off")
+            while not self.stop.is_set():
+                started = time.perf_counter()
+                conn.execute("INSERT INTO jobs (id, scheduled_for, job_type, payload, stage, status)"
+                             " VALUES (gen_random_uuid(), now(), 'x', '{}', 'manual', 'pending')")
+                self.waits.append(time.perf_counter() - started)
+                time.sleep(0.005)
+
+    def __enter__(self) -> Writer:
+        self.thread.start()
+        wait_for(lambda: len(self.waits) >= 5, timeout=10, message="the writer to start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 ROWS = 200_000
@@ -149,29 +192,17 @@ def test_a_populated_ledger_migrates_without_a_long_lock_and_loses_nothing(pg_ds
                             " ORDER BY scheduled_for LIMIT 1", (sid,)).fetchone()["scheduled_for"]
 
     # A writer keeps recording manual runs while the migration runs; no insert may wait long.
-    stop = threading.Event()
-    waits: list[float] = []
-
-    def writer() -> None:
-        with connect(pg_dsn, old_schema, autocommit=True) as conn:
-            while not stop.is_set():
-                started = time.perf_counter()
-                conn.execute("INSERT INTO jobs (id, scheduled_for, job_type, payload, stage, status)"
-                             " VALUES (gen_random_uuid(), now(), 'x', '{}', 'manual', 'pending')")
-                waits.append(time.perf_counter() - started)
-                time.sleep(0.005)
-
-    thread = threading.Thread(target=writer)
-    thread.start()
-    try:
-        time.sleep(0.2)
+    notices: list[str] = []
+    with Writer(pg_dsn, old_schema) as writer:
         with connect(pg_dsn, "public", autocommit=True) as conn:
+            conn.execute("SET client_min_messages = debug1")  # Postgres says whether ATTACH scanned the table
+            conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
             assert migrate(conn, old_schema, until=6) == ["0006_ledger_partitions.sql"]
         time.sleep(0.2)
-    finally:
-        stop.set()
-        thread.join()
+    waits = writer.waits
     assert len(waits) > 10 and max(waits) < 1.0
+    # The old table joined without a scan under the exclusive lock: its valid check proved the range.
+    assert 'partition constraint for table "jobs" is implied by existing constraints' in notices
 
     with connect(pg_dsn, old_schema, autocommit=True) as conn:
         names = _partitions(conn)
@@ -193,3 +224,66 @@ def test_a_populated_ledger_migrates_without_a_long_lock_and_loses_nothing(pg_ds
         # Migrating again is a no-op; fires keep being recorded and the next day goes to its partition.
         assert migrate(conn, old_schema, until=6) == []
         assert _where(conn, _insert_job(conn, _day(3), schedule_id=sid)) == _part(3)
+
+
+def test_a_migration_behind_a_long_transaction_lets_writes_through_then_finishes(pg_dsn, old_schema, caplog):
+    with connect(pg_dsn, old_schema, autocommit=True) as conn:
+        conn.execute("INSERT INTO jobs (id, scheduled_for, job_type, payload, stage, status)"
+                     " SELECT gen_random_uuid(), now() - make_interval(mins => g), 'x', '{}', 'manual', 'success'"
+                     " FROM generate_series(1, 1000) g")
+    reader = connect(pg_dsn, old_schema, autocommit=False)  # a report left open: it holds a lock on jobs
+    reader.execute("SELECT count(*) FROM jobs").fetchone()
+    try:
+        with Writer(pg_dsn, old_schema) as writer, connect(pg_dsn, "public", autocommit=True) as conn:
+            before = len(writer.waits)
+            with pytest.raises(ConfigError) as gave_up:
+                migrate(conn, old_schema, until=6, give_up_after=1.0)
+            message = str(gave_up.value)
+            assert "0006_ledger_partitions.sql (step 1 of 3)" in message and "long transaction" in message
+            assert len(writer.waits) - before > 20  # the writes went on while the migration waited
+            assert check_version(conn, old_schema) == 5  # nothing half done is left recorded
+            assert "retrying with back-off" in caplog.text
+
+            result: list = []
+            migrating = threading.Thread(target=lambda: result.append(migrate(conn, old_schema, until=6)))
+            migrating.start()
+            time.sleep(0.5)
+            reader.rollback()  # the report ends: the migration goes through at its next try
+            migrating.join(timeout=30)
+            assert result == [["0006_ledger_partitions.sql"]]
+        assert max(writer.waits) < 0.6  # nobody queued behind a lock request longer than its 0.2 s bound
+    finally:
+        reader.close()
+    with connect(pg_dsn, old_schema, autocommit=True) as conn:
+        assert count(conn, "SELECT count(*) AS n FROM jobs") == 1000 + len(writer.waits)
+
+
+def test_a_migration_gets_its_locks_while_a_beat_holds_instants_prepared(pg_dsn, amqp_url):
+    # With a 5 s lookahead and a fire every 5 s, a beat holds a prepared instant open (its row locks on
+    # job_schedules) all but a few milliseconds of each 5 s. A retried step waits for the prepare lock
+    # instead of hoping for that gap; the fires stay on time.
+    schema = _schema_at(pg_dsn, 6)
+    try:
+        with connect(pg_dsn, schema, autocommit=True) as db:
+            env, queue = prepare(db, pg_dsn, schema, amqp_url,
+                                 extra={"runledger_auto_migrate": False, "runledger_lookahead": 5})
+            sid = insert_schedule(db, "every-5s", cron="*/5 * * * * *")
+            beat = start_beat(env, "beat-at-6")
+            fired = ("SELECT count(*) AS n FROM jobs WHERE schedule_id = %s AND status = 'sent'"
+                     " AND scheduled_for = date_trunc('second', scheduled_for)")
+            try:
+                wait_for(lambda: count(db, fired, sid) >= 1, timeout=30, message="the beat to fire")
+                with connect(pg_dsn, "public", autocommit=True) as conn:
+                    assert migrate(conn, schema, give_up_after=5.0) == ["0007_audit_truncate.sql"]
+                done_at = db.execute("SELECT now() AS t").fetchone()["t"]
+                wait_for(lambda: count(db, fired + " AND scheduled_for > %s", sid, done_at) >= 1, timeout=30,
+                         message="a fire after the migration")
+            finally:
+                beat.stop()
+                delete_queue(amqp_url, queue)
+            slots = [r["scheduled_for"] for r in db.execute(
+                "SELECT scheduled_for FROM jobs WHERE schedule_id = %s AND scheduled_for = date_trunc('second',"
+                " scheduled_for) ORDER BY scheduled_for", (sid,)).fetchall()]
+            assert slots[-1] > done_at and all(b - a == timedelta(seconds=5) for a, b in pairwise(slots))
+    finally:
+        _drop(pg_dsn, schema)

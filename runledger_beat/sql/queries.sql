@@ -6,6 +6,16 @@
 -- Serialise migrations across processes for this schema (released at commit).
 SELECT pg_advisory_xact_lock(hashtextextended('runledger_beat.migrate.' || %(schema)s, 0));
 
+-- migrate_hold_preparing --
+-- A migration step retried after a lock timeout waits (as long as it takes: no table lock is requested yet)
+-- until no beat holds an instant prepared, and keeps beats from preparing one until it commits: their open
+-- transactions on the tables it alters are then a few milliseconds long, so its bounded lock waits succeed.
+SELECT pg_advisory_xact_lock(hashtextextended('runledger_beat.prepare.' || %(schema)s, 0));
+
+-- bound_lock_waits --
+-- A migration step waits this long at most for a table lock (this transaction only), then lets go.
+SELECT set_config('lock_timeout', %(ms)s, true);
+
 -- create_migrations_table --
 -- The record of applied migrations.
 CREATE TABLE IF NOT EXISTS schema_migrations (
