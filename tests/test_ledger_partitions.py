@@ -271,6 +271,7 @@ def test_a_migration_gets_its_locks_while_a_beat_holds_instants_prepared(pg_dsn,
                                  extra={"runledger_auto_migrate": False, "runledger_lookahead": 5})
             sid = insert_schedule(db, "every-5s", cron="*/5 * * * * *")
             beat = start_beat(env, "beat-at-6")
+            # Cron slots only: insert_schedule makes the first fire at the row's now(), not on a whole second.
             fired = ("SELECT count(*) AS n FROM jobs WHERE schedule_id = %s AND status = 'sent'"
                      " AND scheduled_for = date_trunc('second', scheduled_for)")
             try:
