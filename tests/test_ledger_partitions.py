@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 from runledger_beat import api, queries
-from runledger_beat.db import STEP_MARKER, ConfigError, check_version, connect, migrate, migration_files
+from runledger_beat.db import STEP_MARKER, ConfigError, check_version, connect, drop_schema, migrate, migration_files
 from runledger_beat.timeengine import ScheduleError
 
 from .e2e import count, delete_queue, prepare
@@ -130,7 +130,7 @@ def _schema_at(pg_dsn: str, until: int) -> str:
 
 def _drop(pg_dsn: str, name: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        drop_schema(conn, name)
 
 
 @pytest.fixture
