@@ -51,16 +51,13 @@ import psycopg
 
 from . import api
 from .db import APPLICATION_NAME, ConfigError, connect, migrate, redact_dsn, safe_error
+from .errors import UsageError
 from .formats import format_rfc3339, parse_duration
 from .redaction import dsn_has_password, read_dsn_file
 from .timeengine import ScheduleError
 
 #: The application_name of the command line's database sessions (the audit log and pause notes show it).
 CLI_APPLICATION_NAME = "runledger-beat"
-
-
-class UsageError(Exception):
-    """Bad command line input (exit 2)."""
 
 
 # ---------------------------------------------------------------------------

@@ -46,6 +46,8 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .errors import ScheduleError
+
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NAIVE_EPOCH = datetime(1970, 1, 1)
@@ -86,15 +88,6 @@ DAY_NAMES = {n: i for i, n in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI
 MAX_DAYS_IN_MONTH = [0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 HASH_TERM = re.compile(r"H(?:\((?P<range>[^)]*)\))?(?:/(?P<step>.*))?", re.IGNORECASE)
 USES_HASH = re.compile(r"(?:^|[\s,])H", re.IGNORECASE)
-
-
-class ScheduleError(ValueError):
-    """Invalid schedule input; names the field and a human reason."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 @lru_cache(maxsize=256)

@@ -51,6 +51,7 @@ from psycopg.types.json import JsonbBinaryLoader, JsonBinaryLoader, JsonbLoader,
 
 from . import queries
 from .backoff import Backoff
+from .errors import ConfigError
 from .redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
 
 __all__ = ["DEFAULT_SCHEMA", "OUT_OF_RANGE_HIGH", "OUT_OF_RANGE_LOW", "OUT_OF_RANGE_REASON", "UNREADABLE_JSON",
@@ -72,10 +73,6 @@ OUT_OF_RANGE_HIGH = datetime.max.replace(tzinfo=timezone.utc)
 OUT_OF_RANGE_LOW = datetime.min.replace(tzinfo=timezone.utc)
 #: What validation says of such a value, after the field name ("end_at: not a finite date-time ...").
 OUT_OF_RANGE_REASON = "not a finite date-time within year 1..9999"
-
-
-class ConfigError(Exception):
-    """A setting is missing or wrong; the message names it and never holds a password."""
 
 
 def check_schema_name(schema: str) -> str:
