@@ -46,8 +46,10 @@ from bench.common import (  # noqa: E402
     stop,
     token,
 )
-from runledger_beat import queries  # noqa: E402
-from runledger_beat.db import migrate  # noqa: E402
+from runledger_beat.db import (
+    migrate,  # noqa: E402
+    queries,  # noqa: E402
+)
 
 #: The statements beat runs between instants, with the parameters it passes (``ids``: fires of the last run).
 LOOP = {

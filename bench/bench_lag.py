@@ -45,7 +45,7 @@ from bench.common import (  # noqa: E402
     stop,
     token,
 )
-from runledger_beat.timeengine import Timing, next_fire_after  # noqa: E402
+from runledger_beat.timing.engine import Timing, next_fire_after  # noqa: E402
 
 LEAD = 8.0
 

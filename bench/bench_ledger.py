@@ -31,8 +31,8 @@ if __package__ in (None, ""):
 from celery import Celery  # noqa: E402
 
 from bench.common import AMQP, DSN, connect, drop_schema, emit, fresh_schema, token  # noqa: E402
+from runledger_beat.beat.pipeline import FirePipeline  # noqa: E402
 from runledger_beat.db import migrate  # noqa: E402
-from runledger_beat.pipeline import FirePipeline  # noqa: E402
 from runledger_beat.settings import load  # noqa: E402
 
 FILL_DAY = """

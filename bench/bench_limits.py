@@ -28,8 +28,8 @@ from celery import Celery  # noqa: E402
 from kombu import Connection, Exchange, Producer  # noqa: E402
 
 from bench.common import AMQP, DepthProbe, Watch, declare_queue, delete_queue, emit, token  # noqa: E402
-from runledger_beat.dispatch import Dispatcher  # noqa: E402
-from runledger_beat.fires import Fire  # noqa: E402
+from runledger_beat.publish.dispatcher import Dispatcher  # noqa: E402
+from runledger_beat.publish.fires import Fire  # noqa: E402
 
 
 def _until_queued(queue: str, n: int, publish_all) -> tuple[float, float]:

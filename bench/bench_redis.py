@@ -25,9 +25,9 @@ import redis  # noqa: E402
 from celery import Celery  # noqa: E402
 
 from bench.common import REDIS, emit  # noqa: E402
-from runledger_beat.dispatch import Dispatcher  # noqa: E402
-from runledger_beat.fastpath_redis import CHUNK  # noqa: E402
-from runledger_beat.fires import Fire  # noqa: E402
+from runledger_beat.publish.dispatcher import Dispatcher  # noqa: E402
+from runledger_beat.publish.fires import Fire  # noqa: E402
+from runledger_beat.publish.redis import CHUNK  # noqa: E402
 
 
 def _fires(n: int) -> list[Fire]:

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 
-from runledger_beat.timeengine import Timing, advance, compile_cron, next_fire_after
+from runledger_beat.timing.engine import Timing, advance, compile_cron, next_fire_after
 
 UTC = timezone.utc
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -14,7 +14,7 @@ __all__ = ["Scheduler", "install", "schedule_info", "__version__"]
 def __getattr__(name: str) -> Any:
     # Imported lazily so `import runledger_beat` stays cheap for the CLI and workers.
     if name == "Scheduler":
-        from .scheduler import Scheduler
+        from .beat.scheduler import Scheduler
         return Scheduler
     if name == "schedule_info":
         from .payload import schedule_info

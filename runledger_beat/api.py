@@ -41,11 +41,10 @@ from typing import Any
 
 import psycopg
 
-from .db import DEFAULT_SCHEMA, connect
-from .formats import format_rfc3339, parse_instant
-from .limits import MAX_NAME_LEN, OPTION_KEYS
+from .db.connect import DEFAULT_SCHEMA, connect
+from .db.store import DEFAULT_RETENTION_SECONDS, Store
+from .errors import ScheduleError
 from .payload import merge_schedule_metadata, schedule_metadata
-from .schedule_row import timing_from_row
 from .spec import (
     MAX_SKIP_DATES,
     OVERLAP_POLICIES,
@@ -57,8 +56,10 @@ from .spec import (
     check_skip_dates,
     check_text,
 )
-from .store import DEFAULT_RETENTION_SECONDS, Store
-from .timeengine import ScheduleError, Timing, first_fire, next_fire_after
+from .timing.engine import Timing, first_fire, next_fire_after
+from .timing.formats import format_rfc3339, parse_instant
+from .timing.limits import MAX_NAME_LEN, OPTION_KEYS
+from .timing.rows import timing_from_row
 
 __all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "add_calendar", "audit",
            "backfill", "create", "get", "list_calendars", "remove_calendar",
@@ -334,8 +335,8 @@ def history(conn_or_dsn: Any, name: str, limit: int = 20, status: str | None = N
 
 def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str = DEFAULT_SCHEMA) -> list[datetime]:
     """The next ``count`` fires of an active schedule from the database clock ([] when paused or unplannable)."""
-    from .materialize import check_row
-    from .timeengine import fire_times
+    from .beat.claim import check_row
+    from .timing.engine import fire_times
     with _session(conn_or_dsn, schema, write=False) as store:
         row = _require(store, name)
         now = store.db_now()

@@ -50,11 +50,11 @@ from typing import Any
 import psycopg
 
 from . import api
-from .db import APPLICATION_NAME, ConfigError, connect, migrate, redact_dsn, safe_error
-from .errors import UsageError
-from .formats import format_rfc3339, parse_duration
-from .redaction import dsn_has_password, read_dsn_file
-from .timeengine import ScheduleError
+from .db.connect import APPLICATION_NAME, connect
+from .db.migrate import migrate
+from .db.redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
+from .errors import ConfigError, ScheduleError, UsageError
+from .timing.formats import format_rfc3339, parse_duration
 
 #: The application_name of the command line's database sessions (the audit log and pause notes show it).
 CLI_APPLICATION_NAME = "runledger-beat"
@@ -253,7 +253,7 @@ def cmd_sync(args: argparse.Namespace, dsn: str) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, dsn: str) -> int:
-    from .stats import render, stats
+    from .ops.stats import render, stats
     since = parse_duration(args.since, "since") if args.since else None
     with connect(dsn, args.schema, autocommit=True) as conn:
         items = stats(conn, args.name, since)
@@ -262,7 +262,7 @@ def cmd_stats(args: argparse.Namespace, dsn: str) -> int:
 
 
 def cmd_beats(args: argparse.Namespace, dsn: str) -> int:
-    from .store import Store
+    from .db.store import Store
     with connect(dsn, args.schema, autocommit=True, application_name="runledger_beat.cli") as conn:
         rows = Store(conn).beats()
     lines = [f"{r['host']}\tpid={r['pid']}\tv{r['version']}\tstarted={format_rfc3339(r['started_at'])}"
@@ -273,7 +273,7 @@ def cmd_beats(args: argparse.Namespace, dsn: str) -> int:
 
 
 def cmd_health(args: argparse.Namespace, dsn: str) -> int:
-    from .store import Store
+    from .db.store import Store
     try:
         with connect(dsn, args.schema, autocommit=True, connect_timeout=max(1, min(5, int(args.max_age))),
                      application_name="runledger_beat.health") as conn:
@@ -295,7 +295,7 @@ def cmd_health(args: argparse.Namespace, dsn: str) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, dsn: str) -> int:
-    from .doctor import as_json, diagnose
+    from .ops.doctor import as_json, diagnose
     checks = diagnose(dsn, args.schema, _load_app(args.app) if args.app else None)
     report = as_json(checks)
     _emit(args, report, "\n".join(c.line() for c in checks))
@@ -311,7 +311,7 @@ def cmd_web(args: argparse.Namespace, dsn: str) -> int:
         print("warning: RUNLEDGER_WEB_TOKEN is shorter than 16 characters; use a long random one "
               "(python -c 'import secrets; print(secrets.token_urlsafe(32))')", file=sys.stderr)
     try:
-        from .web import serve
+        from .ops.web import serve
         serve(dsn, args.schema, args.host, args.port, token)
     except ImportError as exc:
         raise UsageError(f"web: {exc.name or exc} is not installed (pip install 'runledger-beat[web]')") from None
@@ -337,7 +337,7 @@ def _audit_line(entry: dict) -> list[Any]:
 
 
 def cmd_audit(args: argparse.Namespace, dsn: str) -> int:
-    from .formats import render_table
+    from .ops.tables import render_table
     since = parse_duration(args.since, "since") if args.since else None
     entries = api.audit(dsn, args.name, since, schema=args.schema)
     text = render_table(("at", "schedule", "operation", "who", "application", "changes"),
@@ -375,7 +375,7 @@ def cmd_ledger(args: argparse.Namespace, dsn: str) -> int:
 
 
 def cmd_preview(args: argparse.Namespace, dsn: str) -> int:
-    from .preview import run_preview
+    from .ops.preview import run_preview
     return run_preview(args)
 
 
@@ -490,7 +490,7 @@ def _calendar_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    from .preview import add_preview_arguments
+    from .ops.preview import add_preview_arguments
     parser = argparse.ArgumentParser(prog="runledger-beat",
                                      description="Manage runledger_beat schedules and read the ledger.")
     _global_options(parser, top=True)

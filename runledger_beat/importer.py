@@ -23,10 +23,10 @@ from typing import Any
 from celery import schedules as cs
 
 from . import api
-from .limits import OPTION_KEYS
+from .db.store import Store
+from .errors import ScheduleError
 from .spec import ScheduleSpec
-from .store import Store
-from .timeengine import ScheduleError
+from .timing.limits import OPTION_KEYS
 
 log = logging.getLogger("runledger_beat.importer")
 

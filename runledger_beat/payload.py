@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from .timeengine import format_rfc3339
+from .timing.engine import format_rfc3339
 
 #: Message header carrying the ledger row id (also the Celery task id).
 LEDGER_HEADER = "runledger_id"

@@ -51,7 +51,8 @@ def runledger_postgres() -> Iterator[str]:
 def runledger_schema(runledger_postgres: str) -> Iterator[str]:
     """A fresh schema with the migrated, empty runledger tables; dropped after the test."""
 
-    from .db import connect, drop_schema, migrate
+    from .db.connect import connect
+    from .db.migrate import drop_schema, migrate
 
     name = f"runledger_test_{uuid.uuid4().hex[:12]}"
     with connect(runledger_postgres, "public", application_name="runledger_beat.pytest") as conn:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .db import DEFAULT_SCHEMA, ConfigError, check_schema_name
-from .redaction import hide_dsn_settings
-from .store import DEFAULT_RETENTION_SECONDS
+from .db.connect import DEFAULT_SCHEMA, check_schema_name
+from .db.redaction import hide_dsn_settings
+from .db.store import DEFAULT_RETENTION_SECONDS
+from .errors import ConfigError
 
 # Mask runledger_dsn (any *DSN* setting) in `celery inspect conf`, Flower and app.conf.table(censored=True):
 # Celery's own pattern (celery.app.utils.HIDDEN_SETTINGS) covers PASS/SECRET/DATABASE... but not DSN.

@@ -18,9 +18,11 @@ from dataclasses import dataclass, fields
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from .cron import ScheduleError, zone
-from .formats import parse_duration, parse_instant
-from .limits import (
+from .errors import ScheduleError
+from .timing.cron import zone
+from .timing.engine import Timing
+from .timing.formats import parse_duration, parse_instant
+from .timing.limits import (
     MAX_CRON_LEN,
     MAX_INSTANT,
     MAX_JSON_DEPTH,
@@ -36,7 +38,6 @@ from .limits import (
     SECONDS_OPTIONS,
     STRING_OPTIONS,
 )
-from .timeengine import Timing
 
 OVERLAP_POLICIES = ("allow", "skip", "buffer_one", "cancel_other")
 SOURCES = ("api", "config")

@@ -26,12 +26,12 @@ from datetime import datetime
 from typing import Any
 
 from .api import public_job
-from .db import DEFAULT_SCHEMA, connect
-from .fires import Fire
-from .materialize import materialize_claimed, skip_overlapping
-from .messages import message_headers, publish_options
+from .beat.claim import materialize_claimed, skip_overlapping
+from .db.connect import DEFAULT_SCHEMA, connect
+from .db.store import Store
 from .payload import task_arguments
-from .store import Store
+from .publish.fires import Fire
+from .publish.message import message_headers, publish_options
 
 __all__ = ["run_due"]
 

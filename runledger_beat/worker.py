@@ -31,10 +31,11 @@ from typing import Any
 
 import psycopg
 
-from .db import DEFAULT_SCHEMA, connect, safe_error
+from .db.connect import DEFAULT_SCHEMA, connect
+from .db.redaction import safe_error
+from .db.store import Store
 from .payload import LEDGER_HEADER
 from .settings import dsn_from
-from .store import Store
 
 log = logging.getLogger("runledger_beat.worker")
 
@@ -272,8 +273,8 @@ class _Hooks:
             _update(self.ledger, lambda store, row=row: self._publish_released(store, row))
 
     def _publish_released(self, store: Store, row: dict) -> None:
-        from .fires import Fire
-        from .messages import send_fire
+        from .publish.fires import Fire
+        from .publish.message import send_fire
         fire = Fire.from_job(row)
         try:
             with self.app.producer_or_acquire() as producer:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import signal
 
-from runledger_beat.pipeline import FirePipeline
-from runledger_beat.scheduler import Scheduler as RunledgerScheduler
+from runledger_beat.beat.pipeline import FirePipeline
+from runledger_beat.beat.scheduler import Scheduler as RunledgerScheduler
 
 POINT = os.environ.get("RL_CRASH_POINT", "")
 

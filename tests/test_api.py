@@ -6,7 +6,7 @@ import pytest
 
 from runledger_beat import api
 from runledger_beat.db import connect
-from runledger_beat.timeengine import ScheduleError
+from runledger_beat.errors import ScheduleError
 
 
 def test_callers_transaction_rolled_back(pg_dsn, schema, db):

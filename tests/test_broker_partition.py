@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from kombu import Connection
 
-from runledger_beat.fastpath import CONFIRM_TIMEOUT
+from runledger_beat.publish.amqp import CONFIRM_TIMEOUT
 
 from .e2e import count, delete_queue, prepare
 from .netcut import Proxy

@@ -11,8 +11,8 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from runledger_beat import limits, queries
-from runledger_beat.db import connect, migrate, migration_files
+from runledger_beat.db import connect, migrate, migration_files, queries
+from runledger_beat.timing import limits
 
 TEN_YEARS = limits.MAX_SECONDS
 BAD_INSTANTS = ["infinity", "-infinity", "10000-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "0001-01-01T00:00:00Z BC",

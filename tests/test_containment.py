@@ -11,12 +11,12 @@ import pytest
 from celery import Celery
 
 from runledger_beat import api
+from runledger_beat.beat.claim import FaultPolicy, run_pass
+from runledger_beat.beat.pipeline import FirePipeline
 from runledger_beat.db import connect
-from runledger_beat.materialize import FaultPolicy, run_pass
-from runledger_beat.pipeline import FirePipeline
+from runledger_beat.db.store import Store
+from runledger_beat.errors import ScheduleError
 from runledger_beat.settings import load
-from runledger_beat.store import Store
-from runledger_beat.timeengine import ScheduleError
 
 from .e2e import delete_queue
 from .rows import insert_schedule, ledger

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runledger_beat.cron import Cron, ScheduleError, compile_cron
+from runledger_beat.errors import ScheduleError
+from runledger_beat.timing.cron import Cron, compile_cron
 
 UTC = timezone.utc
 SUNDAY = datetime(2026, 3, 1, tzinfo=UTC)  # 2026-03-01 is a Sunday

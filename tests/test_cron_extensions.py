@@ -14,10 +14,11 @@ import pytest
 from croniter import croniter
 from cronsim import CronSim
 
-from runledger_beat.cron import Cron, ScheduleError, compile_cron, hash_choice
-from runledger_beat.preview import preview_command
-from runledger_beat.schedule_row import timing_from_row
-from runledger_beat.timeengine import Timing, next_fire_after
+from runledger_beat.errors import ScheduleError
+from runledger_beat.ops.preview import preview_command
+from runledger_beat.timing.cron import Cron, compile_cron, hash_choice
+from runledger_beat.timing.engine import Timing, next_fire_after
+from runledger_beat.timing.rows import timing_from_row
 from tests import debian_oracle as oracle
 
 UTC = timezone.utc

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 import pytest
 
-from runledger_beat.cron import Cron
+from runledger_beat.timing.cron import Cron
 from tests import debian_oracle as oracle
 
 UTC = timezone.utc

@@ -9,7 +9,8 @@ import psycopg
 import pytest
 
 from runledger_beat import db as rldb
-from runledger_beat.db import OUT_OF_RANGE_HIGH, OUT_OF_RANGE_LOW, UNREADABLE_JSON, ConfigError, connect
+from runledger_beat.db import OUT_OF_RANGE_HIGH, OUT_OF_RANGE_LOW, UNREADABLE_JSON, connect
+from runledger_beat.errors import ConfigError
 
 DEEP = 2000
 MANY_ROWS = """

@@ -10,7 +10,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from runledger_beat import cli, doctor
+from runledger_beat import cli
+from runledger_beat.ops import doctor
 
 from .services import find_amqp
 

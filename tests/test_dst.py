@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
-from runledger_beat.cron import Cron
+from runledger_beat.timing.cron import Cron
 
 UTC = timezone.utc
 ZONES = ["America/New_York", "Europe/London", "Australia/Lord_Howe", "Asia/Kathmandu"]

@@ -13,9 +13,9 @@ import pytest
 from celery import Celery, signals
 from kombu import Connection, Exchange, Queue
 
-from runledger_beat import fastpath
-from runledger_beat.dispatch import Dispatcher
-from runledger_beat.fires import Fire, Outgoing
+from runledger_beat.publish import amqp as fastpath
+from runledger_beat.publish.dispatcher import Dispatcher
+from runledger_beat.publish.fires import Fire, Outgoing
 
 from .netcut import Throttle
 

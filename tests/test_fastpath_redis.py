@@ -13,10 +13,10 @@ import pytest
 import redis
 from celery import Celery
 
-from runledger_beat.dispatch import Dispatcher
-from runledger_beat.fastpath import CONFIRM_TIMEOUT
-from runledger_beat.fires import Fire, Outgoing
-from runledger_beat.message_template import VERIFY_FIRES
+from runledger_beat.publish.amqp import CONFIRM_TIMEOUT
+from runledger_beat.publish.dispatcher import Dispatcher
+from runledger_beat.publish.fires import Fire, Outgoing
+from runledger_beat.publish.templates import VERIFY_FIRES
 
 from .e2e import prepare
 from .netcut import Proxy

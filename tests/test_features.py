@@ -11,18 +11,11 @@ import psycopg
 import pytest
 
 from runledger_beat import api, cli
+from runledger_beat.beat.claim import run_pass
 from runledger_beat.db import connect
-from runledger_beat.materialize import run_pass
-from runledger_beat.store import Store
-from runledger_beat.timeengine import (
-    MAX_SKIPPED_DAYS,
-    ScheduleError,
-    Timing,
-    advance,
-    fire_times,
-    format_rfc3339,
-    jitter_seconds,
-)
+from runledger_beat.db.store import Store
+from runledger_beat.errors import ScheduleError
+from runledger_beat.timing.engine import MAX_SKIPPED_DAYS, Timing, advance, fire_times, format_rfc3339, jitter_seconds
 
 from .e2e import count, delete_queue, prepare
 from .procs import start_beat

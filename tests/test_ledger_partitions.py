@@ -12,9 +12,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from runledger_beat import api, queries
-from runledger_beat.db import STEP_MARKER, ConfigError, check_version, connect, drop_schema, migrate, migration_files
-from runledger_beat.timeengine import ScheduleError
+from runledger_beat import api
+from runledger_beat.db import STEP_MARKER, check_version, connect, drop_schema, migrate, migration_files, queries
+from runledger_beat.errors import ConfigError, ScheduleError
 
 from .e2e import count, delete_queue, prepare
 from .procs import start_beat

@@ -13,8 +13,8 @@ import redis
 from celery import Celery
 from kombu import Connection
 
-from runledger_beat import Scheduler, api, queries
-from runledger_beat.db import connect
+from runledger_beat import Scheduler, api
+from runledger_beat.db import connect, queries
 
 from .e2e import count, delete_queue, prepare
 from .procs import start_beat
@@ -275,7 +275,7 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
 
     broker = request.getfixturevalue("redis_url") if road == "parked on redis" else amqp_url
 
-    from runledger_beat import pipeline as pipeline_module
+    from runledger_beat.beat import pipeline as pipeline_module
 
     traced: list[str] = []
 
@@ -338,7 +338,7 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
 def _big_instant(db, monkeypatch, n: int = 300):
     """``n`` one-off schedules due in 4 s, with beat's limits shrunk so the instant is committed 'pending',
     parked, and published in several chunks; returns the instant."""
-    from runledger_beat import pipeline as pipeline_module
+    from runledger_beat.beat import pipeline as pipeline_module
 
     monkeypatch.setattr(pipeline_module, "MAX_PREPARED", 100)
     monkeypatch.setattr(pipeline_module, "SPILL_CHUNK", 70)

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
+from runledger_beat.beat.claim import ClaimedScheduleMissing, claim_due, materialize_claimed, run_pass
 from runledger_beat.db import connect
-from runledger_beat.materialize import ClaimedScheduleMissing, claim_due, materialize_claimed, run_pass
-from runledger_beat.store import Store
+from runledger_beat.db.store import Store
 
 from .rows import insert_schedule, ledger
 

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 from celery import Celery
 from kombu.serialization import register
 
-from runledger_beat import fastpath
-from runledger_beat.fires import Fire
-from runledger_beat.message_template import VERIFY_FIRES
+from runledger_beat.publish import amqp as fastpath
+from runledger_beat.publish.fires import Fire
+from runledger_beat.publish.templates import VERIFY_FIRES
 
 AT = datetime(2026, 12, 3, 19, 58, 23, tzinfo=timezone.utc)
 

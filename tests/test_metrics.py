@@ -9,7 +9,7 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runledger_beat import metrics
+from runledger_beat.beat import metrics
 from runledger_beat.settings import load
 
 from .e2e import count, delete_queue, prepare
@@ -98,7 +98,7 @@ def test_metrics_match_the_ledger_while_fires_flow(db, pg_dsn, schema, amqp_url)
 
 
 def test_due_gauge_counts_schedules_due_now(db, pg_dsn, schema):
-    from runledger_beat.store import Store
+    from runledger_beat.db.store import Store
     insert_schedule(db, "due-1", cron="* * * * * *", next_fire_at="2020-01-01T00:00:00Z")
     insert_schedule(db, "due-2", cron="* * * * * *", next_fire_at="2020-01-01T00:00:00Z")
     insert_schedule(db, "later", cron="* * * * * *", next_fire_at="2999-01-01T00:00:00Z")
@@ -123,7 +123,7 @@ def test_metrics_are_off_without_a_port_and_a_taken_port_does_not_stop_beat(capl
 
 @pytest.mark.parametrize("value", [-1, 70000, "many"])
 def test_a_bad_metrics_port_names_the_setting(value):
-    from runledger_beat.db import ConfigError
+    from runledger_beat.errors import ConfigError
     with pytest.raises(ConfigError, match="runledger_metrics_port"):
         load({"runledger_dsn": "postgresql://x@h/db", "runledger_metrics_port": value})
 

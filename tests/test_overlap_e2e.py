@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 
 from runledger_beat import api
+from runledger_beat.beat.claim import run_pass
+from runledger_beat.db.store import Store
 from runledger_beat.importer import entry_columns
-from runledger_beat.materialize import run_pass
-from runledger_beat.store import Store
 
 from .e2e import count, delete_queue, prepare
 from .procs import start_beat, start_worker

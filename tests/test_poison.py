@@ -18,9 +18,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from runledger_beat import api, queries
-from runledger_beat.db import connect, migrate, migration_files
-from runledger_beat.timeengine import ScheduleError
+from runledger_beat import api
+from runledger_beat.db import connect, migrate, migration_files, queries
+from runledger_beat.errors import ScheduleError
 
 from .e2e import delete_queue, prepare
 from .procs import start_beat, start_worker

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runledger_beat.preview import preview_command
+from runledger_beat.ops.preview import preview_command
 
 
 def test_json_cron(capsys: pytest.CaptureFixture[str]) -> None:

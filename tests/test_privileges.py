@@ -18,8 +18,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from runledger_beat import queries
-from runledger_beat.db import ConfigError, check_version, connect, migrate, migration_files, schema_ready
+from runledger_beat.db import check_version, connect, migrate, migration_files, queries, schema_ready
+from runledger_beat.errors import ConfigError
 
 from .e2e import delete_queue, prepare
 from .procs import EXECUTIONS_DDL, ROOT, celery_env, start_beat, start_worker

@@ -7,8 +7,9 @@ import pytest
 from celery import Celery
 from celery.app.utils import filter_hidden_settings
 
-from runledger_beat import db, redaction
-from runledger_beat.redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
+from runledger_beat import db
+from runledger_beat.db import redaction
+from runledger_beat.db.redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
 
 HOST = "db.example.com"
 

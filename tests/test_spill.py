@@ -6,8 +6,8 @@ import os
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from runledger_beat.fires import Fire, Outgoing
-from runledger_beat.spill import SpillFile, is_parked
+from runledger_beat.beat.spill import SpillFile, is_parked
+from runledger_beat.publish.fires import Fire, Outgoing
 
 AT = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runledger_beat.timeengine import (
+from runledger_beat.errors import ScheduleError
+from runledger_beat.timing.engine import (
     MAX_JITTER_SECONDS,
     Advance,
-    ScheduleError,
     Timing,
     _next_base,
     advance,

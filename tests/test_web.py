@@ -34,8 +34,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from runledger_beat import api, cli
-from runledger_beat import web as dashboard
 from runledger_beat.db import connect
+from runledger_beat.ops import web as dashboard
 
 from .e2e import count, delete_queue, prepare
 from .procs import Proc, celery_env, start_beat

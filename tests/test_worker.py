@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from runledger_beat.fires import Fire
-from runledger_beat.messages import send_fire
-from runledger_beat.stats import parse_duration, stats
-from runledger_beat.store import Store
+from runledger_beat.db.store import Store
+from runledger_beat.ops.stats import parse_duration, stats
+from runledger_beat.publish.fires import Fire
+from runledger_beat.publish.message import send_fire
 
 from .procs import EXECUTIONS_DDL, celery_env, start_worker
 from .services import wait_for

@@ -13,9 +13,9 @@ import socket
 import psycopg
 from celery import Celery
 
-from ..db import connect
+from ..db.connect import connect
+from ..db.store import Store
 from ..payload import schedule_info
-from ..store import Store
 
 _folder = os.environ.get("RUNLEDGER_DEMO_BROKER_DIR") or os.path.join(os.getcwd(), ".runledger-demo-broker")
 

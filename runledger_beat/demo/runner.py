@@ -18,8 +18,9 @@ import tempfile
 import time
 from typing import Any
 
-from ..db import connect, migrate
-from ..store import Store
+from ..db.connect import connect
+from ..db.migrate import migrate
+from ..db.store import Store
 
 SCHEMA = "runledger"
 #: (name, cron, max jitter seconds)

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..payload import LEDGER_HEADER, SCHEDULE_HEADER, task_arguments
+from ..timing.limits import OPTION_KEYS, PROTOCOL_HEADERS
 from .fires import Fire
-from .limits import OPTION_KEYS, PROTOCOL_HEADERS
-from .payload import LEDGER_HEADER, SCHEDULE_HEADER, task_arguments
 
 
 def publish_options(app: Any, fire: Fire) -> dict[str, Any]:

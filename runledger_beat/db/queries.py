@@ -26,7 +26,7 @@ def _load(text: str, found: dict[str, str], source: str) -> None:
 
 def _load_all() -> dict[str, str]:
     found: dict[str, str] = {}
-    folder = resources.files("runledger_beat").joinpath("sql")
+    folder = resources.files("runledger_beat.db").joinpath("sql")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
             _load(entry.read_text("utf-8"), found, entry.name)

@@ -45,8 +45,8 @@ from kombu.exceptions import OperationalError
 from kombu.transport import pyamqp
 
 from .fires import Outgoing
-from .message_template import Kinds, NotTemplatable, Template, kind_of
-from .messages import BuiltMessage, build_message, send_message
+from .message import BuiltMessage, build_message, send_message
+from .templates import Kinds, NotTemplatable, Template, kind_of
 
 #: Messages whose frames are joined into one socket write.
 CHUNK_MESSAGES = 500

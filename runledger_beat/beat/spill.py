@@ -27,7 +27,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
-from .fires import Fire, Outgoing
+from ..publish.fires import Fire, Outgoing
 
 
 class Parked:

@@ -26,10 +26,10 @@ from kombu.common import maybe_declare
 from kombu.utils.json import dumps
 from redis.exceptions import ResponseError
 
-from .fastpath import CaptureProducer
+from .amqp import CaptureProducer
 from .fires import Fire, Outgoing
-from .message_template import Kinds, NotTemplatable, RedisTemplate, kind_of
-from .messages import build_message, send_message
+from .message import build_message, send_message
+from .templates import Kinds, NotTemplatable, RedisTemplate, kind_of
 
 #: LPUSH commands per round trip, at most; and bytes, at most.
 CHUNK = 1000

@@ -21,9 +21,10 @@ import time
 
 import psycopg
 
-from .db import connect, safe_error
-from .settings import Settings
-from .store import Store
+from ..db.connect import connect
+from ..db.redaction import safe_error
+from ..db.store import Store
+from ..settings import Settings
 
 log = logging.getLogger("runledger_beat.pipeline")
 

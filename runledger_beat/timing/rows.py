@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from .timeengine import Timing
+from .engine import Timing
 
 
 def timing_from_row(row: Mapping[str, Any]) -> Timing:

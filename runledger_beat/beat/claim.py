@@ -23,13 +23,14 @@ from typing import Any
 
 import psycopg
 
-from .db import is_out_of_range, is_unreadable
-from .fires import Fire
-from .limits import INSTANT_COLUMNS
-from .payload import merge_schedule_metadata, schedule_metadata, template_problem
-from .schedule_row import timing_from_row
-from .store import Store
-from .timeengine import Advance, ScheduleError, advance
+from ..db.loaders import is_out_of_range, is_unreadable
+from ..db.store import Store
+from ..errors import ScheduleError
+from ..payload import merge_schedule_metadata, schedule_metadata, template_problem
+from ..publish.fires import Fire
+from ..timing.engine import Advance, advance
+from ..timing.limits import INSTANT_COLUMNS
+from ..timing.rows import timing_from_row
 
 log = logging.getLogger("runledger_beat.materialize")
 

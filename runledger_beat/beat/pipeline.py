@@ -45,18 +45,19 @@ from typing import Any
 
 import psycopg
 
-from . import __version__
+from .. import __version__
+from ..backoff import Backoff
+from ..db.connect import connect
+from ..db.redaction import safe_error
+from ..db.store import Store
+from ..publish.amqp import CONFIRM_TIMEOUT
+from ..publish.dispatcher import Dispatcher
+from ..publish.fires import Fire, Outgoing
+from ..settings import Settings
 from . import metrics as metrics_module
-from .backoff import Backoff
-from .db import connect, safe_error
-from .dispatch import Dispatcher
-from .fastpath import CONFIRM_TIMEOUT
-from .fires import Fire, Outgoing
-from .materialize import GROUP_WINDOW_SECONDS, FaultPolicy, cancel_overlapped, record_pass, skip_overlapping
+from .claim import GROUP_WINDOW_SECONDS, FaultPolicy, cancel_overlapped, record_pass, skip_overlapping
 from .retention import LEDGER_EVERY, LEDGER_RETRY, RetentionDrops, log_partitions
-from .settings import Settings
 from .spill import PackedIds, SpillFile, is_parked
-from .store import Store
 
 log = logging.getLogger("runledger_beat.pipeline")
 

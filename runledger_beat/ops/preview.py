@@ -12,10 +12,12 @@ import sys
 import uuid
 from datetime import datetime, timezone
 
-from .cron import zone
-from .formats import format_rfc3339, parse_duration, parse_instant, render_table
-from .spec import check_skip_dates
-from .timeengine import ScheduleError, Timing, fire_times
+from ..errors import ScheduleError
+from ..spec import check_skip_dates
+from ..timing.cron import zone
+from ..timing.engine import Timing, fire_times
+from ..timing.formats import format_rfc3339, parse_duration, parse_instant
+from .tables import render_table
 
 UTC = timezone.utc
 

@@ -17,8 +17,10 @@ from typing import Any
 
 import psycopg
 
-from .db import connect, migration_files, redact_dsn, safe_error
-from .store import Store
+from ..db.connect import connect
+from ..db.migrate import migration_files
+from ..db.redaction import redact_dsn, safe_error
+from ..db.store import Store
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 #: Clock skew above this many seconds is worth a warning.

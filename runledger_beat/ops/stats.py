@@ -6,8 +6,9 @@ Lags are p50/p99/max seconds from scheduled_for to sent_at and to started_at.
 
 from __future__ import annotations
 
-from .formats import parse_duration, render_table
-from .store import Store
+from ..db.store import Store
+from ..timing.formats import parse_duration
+from .tables import render_table
 
 __all__ = ["LAGS", "parse_duration", "render", "stats"]
 

@@ -11,7 +11,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 
-from .cron import Cron, ScheduleError, compile_cron, zone
+from ..errors import ScheduleError
+from .cron import Cron, compile_cron, zone
 from .formats import format_rfc3339, parse_duration
 
 __all__ = [

@@ -132,7 +132,7 @@ def dsn_has_password(dsn: str) -> bool:
 
 def read_dsn_file(path: str | Path) -> str:
     """The DSN in a file: its first non-empty line, stripped; ConfigError if unreadable or empty."""
-    from .db import ConfigError
+    from ..errors import ConfigError
 
     try:
         lines = Path(path).read_text("utf-8").splitlines()

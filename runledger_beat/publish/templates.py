@@ -36,7 +36,7 @@ from kombu.serialization import dumps as serialize
 from kombu.serialization import registry
 from kombu.utils.json import dumps as json_dumps
 
-from .payload import LEDGER_HEADER, SCHEDULE_HEADER, task_arguments
+from ..payload import LEDGER_HEADER, SCHEDULE_HEADER, task_arguments
 
 _FRAME = Struct(">BHI")
 _U16 = Struct(">H")

@@ -10,7 +10,8 @@ import math
 import re
 from datetime import datetime, timezone
 
-from .cron import ScheduleError, zone
+from ..errors import ScheduleError
+from .cron import zone
 
 UTC = timezone.utc
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")

@@ -33,11 +33,11 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-from . import api
-from .db import DEFAULT_SCHEMA, connect
-from .formats import format_rfc3339, parse_instant
-from .store import Store
-from .timeengine import ScheduleError
+from .. import api
+from ..db.connect import DEFAULT_SCHEMA, connect
+from ..db.store import Store
+from ..errors import ScheduleError
+from ..timing.formats import format_rfc3339, parse_instant
 
 TOKEN_ENV = "RUNLEDGER_WEB_TOKEN"
 ACTIONS = ("pause", "resume", "trigger", "backfill")
@@ -210,7 +210,7 @@ class Dashboard:
         from starlette.templating import Jinja2Templates
 
         self.dsn, self.schema, self.token = dsn, schema, token or None
-        folder = resources.files("runledger_beat").joinpath("templates")
+        folder = resources.files("runledger_beat.ops").joinpath("templates")
         env = Environment(loader=FileSystemLoader(str(folder)), autoescape=True)
         env.filters.update(when=lambda dt: format_rfc3339(dt) if dt else "-", seconds=seconds_words,
                            timing=timing_words, href=schedule_path, duration=duration,

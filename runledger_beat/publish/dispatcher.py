@@ -41,9 +41,10 @@ from typing import Any
 
 from celery import Celery, signals
 
-from . import fastpath, fastpath_redis
+from . import amqp as fastpath
+from . import redis as fastpath_redis
 from .fires import Fire, Outgoing
-from .messages import build_message, send_message
+from .message import build_message, send_message
 
 log = logging.getLogger("runledger_beat.dispatch")
 

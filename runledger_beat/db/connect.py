@@ -1,0 +1,104 @@
+"""Opening connections: the only place runledger_beat connects to Postgres.
+
+Every connection from ``connect()`` gets:
+
+- ``search_path`` set to the runledger schema alone (then ``pg_temp``), so the SQL in
+  sql/ stays unqualified. ``pg_catalog`` is then searched *first*, implicitly (PostgreSQL
+  does so whenever it is not named in the path), so no object in the runledger schema
+  or in ``public`` can shadow a built-in; ``public`` is not searched at all. Naming
+  ``pg_catalog`` explicitly first would do the same lookups but turn
+  ``current_schema()`` (the NOTIFY payload and the prepare lock) into ``pg_catalog``
+  and send unqualified CREATEs into the system catalog, so it is left implicit.
+- TCP keepalives (idle 5 s, then every 2 s, 3 probes) and ``tcp_user_timeout`` 10 s,
+  unless the DSN sets them, so a cut-off beat notices within seconds and the server
+  drops its session (and its row locks) as fast.
+- optional ``statement_timeout``, ``lock_timeout`` and
+  ``idle_in_transaction_session_timeout`` (seconds; set with ``set_config`` after
+  connecting, which works behind PgBouncer too, unlike startup ``options``).
+- the never-raising loaders of ``loaders.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from contextvars import ContextVar
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from ..errors import ConfigError
+from .loaders import register_safe_loaders
+
+DEFAULT_SCHEMA = "runledger"
+#: The application_name of connections opened without one (the CLI sets its own; the audit log shows it).
+APPLICATION_NAME: ContextVar[str] = ContextVar("runledger_application_name", default="runledger_beat")
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+#: Always on, unless the DSN sets them: notice a dead peer within seconds.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+              "tcp_user_timeout": 10000}
+
+
+def check_schema_name(schema: str) -> str:
+    """Return the schema name, or raise ConfigError if it is not a plain identifier."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+        raise ConfigError(f"runledger_schema: {schema!r} is not a plain SQL identifier")
+    return schema
+
+
+
+def _keepalives(dsn: str) -> dict[str, int]:
+    """The keepalive parameters the DSN does not set itself (tcp_user_timeout needs libpq 12)."""
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        given = {}
+    wanted = dict(KEEPALIVES)
+    if psycopg.pq.version() < 120000:
+        wanted.pop("tcp_user_timeout")
+    return {k: v for k, v in wanted.items() if k not in given}
+
+
+def _milliseconds(name: str, seconds: float) -> str:
+    """A timeout in seconds as the millisecond text Postgres takes; ConfigError if negative or not a number."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 2**31 / 1000:
+        raise ConfigError(f"{name}: expected a number of seconds >= 0, got {seconds!r}")
+    return str(int(round(seconds * 1000)))
+
+
+def _timeouts(**seconds: float | None) -> dict[str, str]:
+    """The timeouts given, as setting name -> milliseconds (None leaves the server's setting)."""
+    return {name: _milliseconds(name, value) for name, value in seconds.items() if value is not None}
+
+
+def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, autocommit: bool = False,
+            connect_timeout: int = 5, application_name: str | None = None,
+            statement_timeout: float | None = None, lock_timeout: float | None = None,
+            idle_in_transaction_session_timeout: float | None = None,
+            safe_timestamps: bool = True) -> psycopg.Connection:
+    """Open a connection with dict rows, safe loaders, keepalives, timeouts and search_path set to ``schema``.
+
+    ``application_name`` defaults to the APPLICATION_NAME context variable ("runledger_beat").
+    """
+    check_schema_name(schema)
+    timeouts = _timeouts(statement_timeout=statement_timeout, lock_timeout=lock_timeout,
+                         idle_in_transaction_session_timeout=idle_in_transaction_session_timeout)
+    conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=connect_timeout,
+                           application_name=application_name or APPLICATION_NAME.get(), **_keepalives(dsn))
+    try:
+        register_safe_loaders(conn, timestamps=safe_timestamps)
+        set_search_path(conn, schema)
+        for name, milliseconds in timeouts.items():
+            conn.execute("SELECT set_config(%s, %s, false)", (name, milliseconds))
+        conn.autocommit = autocommit
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def set_search_path(conn: psycopg.Connection, schema: str, local: bool = False) -> None:
+    """Point unqualified names at the runledger schema (pg_catalog stays implicitly first; public is not searched)."""
+    statement = "SET LOCAL search_path TO {}, pg_temp" if local else "SET search_path TO {}, pg_temp"
+    conn.execute(sql.SQL(statement).format(sql.Identifier(check_schema_name(schema))))
