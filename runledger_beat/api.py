@@ -7,7 +7,7 @@ that). On a caller's connection the work runs inside the caller's transaction
 and is never committed here (an autocommit connection gets one transaction per
 call). Invalid input raises ``ScheduleError(field, reason)`` before anything
 is written: every definition goes through ``spec.ScheduleSpec``, every
-statement through ``store.Store``.
+statement through ``db.schedule_store.ScheduleStore``.
 
 Schedules come back as plain dicts::
 
@@ -41,10 +41,13 @@ from typing import Any
 
 import psycopg
 
+from .db.beat_store import BeatStore
 from .db.connect import DEFAULT_SCHEMA, connect
-from .db.store import DEFAULT_RETENTION_SECONDS, Store
+from .db.ops_store import OpsStore
+from .db.schedule_store import ScheduleStore
 from .errors import ScheduleError
 from .payload import merge_schedule_metadata, schedule_metadata
+from .settings import DEFAULT_RETENTION_SECONDS, MIN_RETENTION
 from .spec import (
     MAX_SKIP_DATES,
     OVERLAP_POLICIES,
@@ -74,7 +77,7 @@ _UNSET: Any = object()
 
 
 @contextmanager
-def _session(conn_or_dsn: Any, schema: str, write: bool = True) -> Iterator[Store]:
+def _session(conn_or_dsn: Any, schema: str, write: bool = True) -> Iterator[ScheduleStore]:
     """The store to use; a DSN gets its own connection, committed on success. A write the database's
     constraints refuse becomes a ScheduleError naming the field."""
     try:
@@ -89,11 +92,11 @@ def _session(conn_or_dsn: Any, schema: str, write: bool = True) -> Iterator[Stor
 
 
 @contextmanager
-def _store(conn_or_dsn: Any, schema: str, write: bool) -> Iterator[Store]:
+def _store(conn_or_dsn: Any, schema: str, write: bool) -> Iterator[ScheduleStore]:
     if isinstance(conn_or_dsn, str):
         conn = connect(conn_or_dsn, schema, autocommit=False)
         try:
-            yield Store(conn)
+            yield ScheduleStore(conn)
             conn.commit()
         except BaseException:
             conn.rollback()
@@ -104,9 +107,9 @@ def _store(conn_or_dsn: Any, schema: str, write: bool) -> Iterator[Store]:
     conn = conn_or_dsn
     if write and conn.autocommit:
         with conn.transaction():
-            yield Store(conn)
+            yield ScheduleStore(conn)
     else:
-        yield Store(conn)
+        yield ScheduleStore(conn)
 
 
 # ---------------------------------------------------------------------------
@@ -119,11 +122,11 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _cursor(store: Store, row: Mapping[str, Any], now: datetime) -> datetime | None:
+def _cursor(store: ScheduleStore, row: Mapping[str, Any], now: datetime) -> datetime | None:
     return first_fire(_timing(store, row), now, uuid.UUID(str(row["id"])))
 
 
-def _insert(store: Store, cols: dict[str, Any], now: datetime) -> dict:
+def _insert(store: ScheduleStore, cols: dict[str, Any], now: datetime) -> dict:
     new = dict(cols, id=uuid.uuid4(), anchor_at=cols["start_at"] or now)
     new["next_fire_at"] = _cursor(store, new, now) if new["is_active"] else None
     if new["next_fire_at"] is None:
@@ -131,7 +134,7 @@ def _insert(store: Store, cols: dict[str, Any], now: datetime) -> dict:
     return store.insert_schedule(new)
 
 
-def _replace(store: Store, old: dict, cols: dict[str, Any], now: datetime) -> dict:
+def _replace(store: ScheduleStore, old: dict, cols: dict[str, Any], now: datetime) -> dict:
     new = dict(old)
     new.update(cols)
     if cols["start_at"] is not None:
@@ -151,7 +154,7 @@ def _replace(store: Store, old: dict, cols: dict[str, Any], now: datetime) -> di
     return store.update_schedule(new)
 
 
-def save(store: Store, cols: dict[str, Any], mode: str = "upsert") -> tuple[dict, str]:
+def save(store: ScheduleStore, cols: dict[str, Any], mode: str = "upsert") -> tuple[dict, str]:
     """Insert or update one schedule from validated columns (``ScheduleSpec.columns()``).
 
     ``mode`` is "create", "update" or "upsert"; returns (row, "created" | "updated" | "unchanged").
@@ -256,7 +259,7 @@ def _merged_options(current: Mapping[str, Any], changes: Any) -> dict[str, Any]:
 # Reading and state changes
 
 
-def _require(store: Store, name: str, lock: bool = False) -> dict:
+def _require(store: ScheduleStore, name: str, lock: bool = False) -> dict:
     row = store.schedule(name, lock=lock)
     if row is None:
         raise ScheduleError("name", f"no schedule named {name!r}")
@@ -401,7 +404,7 @@ def _slots(timing: Timing, schedule_id: uuid.UUID, begin: datetime, finish: date
     return slots
 
 
-def _timing(store: Store, row: Mapping[str, Any]) -> Timing:
+def _timing(store: ScheduleStore, row: Mapping[str, Any]) -> Timing:
     """The Timing of a stored schedule row, its calendar's dates among the skip dates."""
     if row.get("calendar") and "calendar_dates" not in row:
         found = store.calendar(row["calendar"])
@@ -462,7 +465,7 @@ def audit(conn_or_dsn: Any, name: str | None = None, since: Any = None, *, limit
 def ledger_partitions(conn_or_dsn: Any, *, schema: str = DEFAULT_SCHEMA) -> list[dict]:
     """The ledger's partitions, oldest first and the default last: {"name", "holds", "rows_estimate", "bytes"}."""
     with _session(conn_or_dsn, schema, write=False) as store:
-        return [dict(r) for r in store.ledger_partitions()]
+        return [dict(r) for r in OpsStore(store.conn).ledger_partitions()]
 
 
 def maintain_ledger(conn_or_dsn: Any, retention: Any = DEFAULT_RETENTION_SECONDS, *,
@@ -473,13 +476,12 @@ def maintain_ledger(conn_or_dsn: Any, retention: Any = DEFAULT_RETENTION_SECONDS
     the whole ledger). Returns what was done: [{"action", "partition_name"}] ("created", "dropped",
     "deleted N" for old rows of the default partition, "busy" for a day whose lock was held elsewhere).
     """
-    from .settings import MIN_RETENTION
     from .spec import check_seconds
     seconds = check_seconds("retention", retention) or None
     if seconds is not None and seconds < MIN_RETENTION:
         raise ScheduleError("retention", f"at least one day (0 keeps the whole ledger), got {retention!r}")
     with _session(conn_or_dsn, schema) as store:
-        return [dict(r) for r in store.maintain_ledger(seconds)]
+        return [dict(r) for r in BeatStore(store.conn).maintain_ledger(seconds)]
 
 
 # ---------------------------------------------------------------------------

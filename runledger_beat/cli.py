@@ -262,9 +262,9 @@ def cmd_stats(args: argparse.Namespace, dsn: str) -> int:
 
 
 def cmd_beats(args: argparse.Namespace, dsn: str) -> int:
-    from .db.store import Store
+    from .db.ops_store import OpsStore
     with connect(dsn, args.schema, autocommit=True, application_name="runledger_beat.cli") as conn:
-        rows = Store(conn).beats()
+        rows = OpsStore(conn).beats()
     lines = [f"{r['host']}\tpid={r['pid']}\tv{r['version']}\tstarted={format_rfc3339(r['started_at'])}"
              f"\tlast_tick={r['age_seconds']:.1f}s ago" + ("\tpreparing" if r["preparing"] else "") + f"\t{r['id']}"
              for r in rows]
@@ -273,11 +273,11 @@ def cmd_beats(args: argparse.Namespace, dsn: str) -> int:
 
 
 def cmd_health(args: argparse.Namespace, dsn: str) -> int:
-    from .db.store import Store
+    from .db.ops_store import OpsStore
     try:
         with connect(dsn, args.schema, autocommit=True, connect_timeout=max(1, min(5, int(args.max_age))),
                      application_name="runledger_beat.health") as conn:
-            row = Store(conn).freshest_beat(socket.gethostname() if args.this_host else None)
+            row = OpsStore(conn).freshest_beat(socket.gethostname() if args.this_host else None)
     except psycopg.Error as exc:
         row = {"beats": 0, "age_seconds": None, "error": safe_error(exc, dsn)}
     age = row["age_seconds"]

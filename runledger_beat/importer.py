@@ -23,7 +23,7 @@ from typing import Any
 from celery import schedules as cs
 
 from . import api
-from .db.store import Store
+from .db.schedule_store import ScheduleStore
 from .errors import ScheduleError
 from .spec import ScheduleSpec
 from .timing.limits import OPTION_KEYS
@@ -86,7 +86,7 @@ def sync_beat_schedule(conn: Any, app: Any, entries: dict[str, Any]) -> dict[str
     """Make the config rows match ``entries``; returns counts and the skipped entries' errors."""
     report: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "deactivated": 0,
                               "errors": {}}
-    store = Store(conn)
+    store = ScheduleStore(conn)
     with conn.transaction():
         for name, entry in (entries or {}).items():
             try:
@@ -101,7 +101,7 @@ def sync_beat_schedule(conn: Any, app: Any, entries: dict[str, Any]) -> dict[str
     return report
 
 
-def _sync_entry(store: Store, app: Any, name: str, entry: Any) -> str:
+def _sync_entry(store: ScheduleStore, app: Any, name: str, entry: Any) -> str:
     """Create or update one entry's row in its own savepoint; returns the outcome."""
     cols = entry_columns(app, name, entry)
     with store.conn.transaction():

@@ -16,13 +16,14 @@ from typing import Any
 
 from .db.connect import DEFAULT_SCHEMA, check_schema_name
 from .db.redaction import hide_dsn_settings
-from .db.store import DEFAULT_RETENTION_SECONDS
 from .errors import ConfigError
 
 # Mask runledger_dsn (any *DSN* setting) in `celery inspect conf`, Flower and app.conf.table(censored=True):
 # Celery's own pattern (celery.app.utils.HIDDEN_SETTINGS) covers PASS/SECRET/DATABASE... but not DSN.
 hide_dsn_settings()
 
+#: How long the ledger and the schedule audit log are kept unless told otherwise (30 days; runledger_retention).
+DEFAULT_RETENTION_SECONDS = 30 * 86400.0
 #: Shortest ledger retention accepted (seconds): the ledger is dropped a whole UTC day at a time.
 MIN_RETENTION = 86400.0
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from .api import public_job
 from .beat.claim import materialize_claimed, skip_overlapping
+from .db.beat_store import BeatStore
 from .db.connect import DEFAULT_SCHEMA, connect
-from .db.store import Store
 from .payload import task_arguments
 from .publish.fires import Fire
 from .publish.message import message_headers, publish_options
@@ -44,7 +44,7 @@ def run_due(app: Any, dsn: str, at: datetime, schema: str = DEFAULT_SCHEMA) -> l
     if not isinstance(at, datetime) or at.utcoffset() is None:
         raise ValueError("run_due: `at` must be a timezone-aware datetime")
     with connect(dsn, schema, application_name="runledger_beat.testing") as conn:
-        store = Store(conn)
+        store = BeatStore(conn)
         with conn.transaction():
             store.mark_internal()
             claimed = store.claim_due_at(at, MAX_SCHEDULES)

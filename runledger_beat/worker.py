@@ -33,7 +33,7 @@ import psycopg
 
 from .db.connect import DEFAULT_SCHEMA, connect
 from .db.redaction import safe_error
-from .db.store import Store
+from .db.worker_store import WorkerStore
 from .payload import LEDGER_HEADER
 from .settings import dsn_from
 
@@ -79,7 +79,7 @@ class _Ledger:
         self.conn = connect(dsn, schema, autocommit=True, application_name="runledger_worker")
         return self.conn
 
-    def run(self, step: Callable[[Store], Any]) -> Any:
+    def run(self, step: Callable[[WorkerStore], Any]) -> Any:
         """Run ``step`` on the store; None when no DSN is set; on error log, drop the connection, raise
         _LedgerUnavailable."""
         with self.lock:
@@ -87,7 +87,7 @@ class _Ledger:
                 conn = self._connection()
                 if conn is None:
                     return None
-                store = Store(conn)
+                store = WorkerStore(conn)
                 if time.monotonic() >= self._next_report:
                     store.worker_seen(f"{socket.gethostname()}/{os.getpid()}", os.getpid())
                     self._next_report = time.monotonic() + REPORT_EVERY
@@ -131,7 +131,7 @@ def _error_text(exc: BaseException) -> str:
     return text[:ERROR_LIMIT]
 
 
-def _update(ledger: _Ledger, step: Callable[[Store], Any]) -> None:
+def _update(ledger: _Ledger, step: Callable[[WorkerStore], Any]) -> None:
     with contextlib.suppress(_LedgerUnavailable):
         ledger.run(step)
 
@@ -257,10 +257,10 @@ class _Hooks:
             note = "expired" if expired else (f"terminated (signal {signum})" if terminated else None)
             self._finish(ledger_id, lambda store: store.mark_revoked(ledger_id, note))
 
-    def _finish(self, ledger_id: str, mark: Callable[[Store], Any]) -> None:
+    def _finish(self, ledger_id: str, mark: Callable[[WorkerStore], Any]) -> None:
         """Record a run's end and, in the same transaction, release the fire its schedule buffered
         (overlap buffer_one), which is then published from here; if that fails the sweep publishes it."""
-        def step(store: Store) -> list[dict]:
+        def step(store: WorkerStore) -> list[dict]:
             with store.conn.transaction():
                 mark(store)
                 return store.release_buffered(ledger_id, limit=1)
@@ -272,7 +272,7 @@ class _Hooks:
         for row in released or ():
             _update(self.ledger, lambda store, row=row: self._publish_released(store, row))
 
-    def _publish_released(self, store: Store, row: dict) -> None:
+    def _publish_released(self, store: WorkerStore, row: dict) -> None:
         from .publish.fires import Fire
         from .publish.message import send_fire
         fire = Fire.from_job(row)

@@ -14,7 +14,8 @@ from runledger_beat import api
 from runledger_beat.beat.claim import FaultPolicy, run_pass
 from runledger_beat.beat.pipeline import FirePipeline
 from runledger_beat.db import connect
-from runledger_beat.db.store import Store
+from runledger_beat.db.beat_store import BeatStore
+from runledger_beat.db.worker_store import WorkerStore
 from runledger_beat.errors import ScheduleError
 from runledger_beat.settings import load
 
@@ -25,7 +26,7 @@ from .rows import insert_schedule, ledger
 @pytest.fixture
 def tx(pg_dsn, schema):
     conn = connect(pg_dsn, schema)
-    yield Store(conn)
+    yield BeatStore(conn)
     conn.close()
 
 
@@ -189,7 +190,7 @@ def test_sent_fires_never_started_become_lost_only_where_a_worker_runs_the_hook(
         pipeline._next_sweep = 0
         pipeline.run_once()
         assert ledger(db, sid)[0]["status"] == "sent"  # no worker reported the hook: nothing to conclude
-        Store(db).worker_seen("w1/1", 1)
+        WorkerStore(db).worker_seen("w1/1", 1)
         pipeline._next_sweep = 0
         pipeline.run_once()
         assert ledger(db, sid)[0]["status"] == "lost"

@@ -13,8 +13,9 @@ import pytest
 from runledger_beat import api, cli
 from runledger_beat.beat.claim import run_pass
 from runledger_beat.db import connect
-from runledger_beat.db.store import Store
+from runledger_beat.db.beat_store import BeatStore
 from runledger_beat.errors import ScheduleError
+from runledger_beat.settings import DEFAULT_RETENTION_SECONDS
 from runledger_beat.timing.engine import MAX_SKIPPED_DAYS, Timing, advance, fire_times, format_rfc3339, jitter_seconds
 
 from .e2e import count, delete_queue, prepare
@@ -83,7 +84,7 @@ def test_audit_records_api_cli_and_raw_sql_changes_but_not_beats_cursor_moves(ca
     db.execute("UPDATE job_schedules SET next_fire_at = now() - interval '1 second' WHERE name = 'audited'")
     marks = len(api.audit(pg_dsn, "audited", schema=schema))
     with connect(pg_dsn, schema) as beat_conn:  # beat's own pass: record the fire, move the cursor
-        assert run_pass(Store(beat_conn), 100).claimed == 1
+        assert run_pass(BeatStore(beat_conn), 100).claimed == 1
         beat_conn.commit()
     moved = db.execute("SELECT next_fire_at > now() AS ok, last_fired_at IS NOT NULL AS fired FROM job_schedules"
                        " WHERE name = 'audited'").fetchone()
@@ -116,8 +117,8 @@ def test_prune_audit_drops_entries_older_than_the_retention(db):
     api.create(db, "a", "t.x", every=60)
     db.execute("UPDATE schedule_changes SET at = now() - interval '31 days'")
     api.update(db, "a", every=120)
-    store = Store(db)
-    assert store.prune_audit() == 1
+    store = BeatStore(db)
+    assert store.prune_audit(DEFAULT_RETENTION_SECONDS) == 1
     assert [e["operation"] for e in api.audit(db)] == ["UPDATE"]
     assert store.prune_audit(0) == 1 and api.audit(db) == []
 
@@ -286,7 +287,7 @@ def test_skip_dates_and_calendars_on_add_update_show_and_the_beat(capsys, db, pg
     api.create(db, "due", "t.x", cron="0 * * * *", calendar="today")  # today excluded: the next fire is tomorrow
     assert api.get(db, "due")["next_fire_at"].date() > datetime.now(UTC).date()
     db.execute("UPDATE job_schedules SET next_fire_at = now() - interval '1 second' WHERE name = 'due'")
-    assert run_pass(Store(db), 10).claimed == 1
+    assert run_pass(BeatStore(db), 10).claimed == 1
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
     assert api.get(db, "due")["next_fire_at"].date() > datetime.now(UTC).date()
 

@@ -10,7 +10,7 @@ import pytest
 
 from runledger_beat.beat.claim import ClaimedScheduleMissing, claim_due, materialize_claimed, run_pass
 from runledger_beat.db import connect
-from runledger_beat.db.store import Store
+from runledger_beat.db.beat_store import BeatStore
 
 from .rows import insert_schedule, ledger
 
@@ -19,7 +19,7 @@ from .rows import insert_schedule, ledger
 def tx(pg_dsn, schema):
     """A non-autocommit connection for scheduling passes."""
     conn = connect(pg_dsn, schema)
-    yield Store(conn)
+    yield BeatStore(conn)
     conn.close()
 
 
@@ -102,9 +102,9 @@ def test_two_connections_never_claim_the_same_row(db, pg_dsn, schema):
     one, two = connect(pg_dsn, schema), connect(pg_dsn, schema)
     try:
         with one.transaction():
-            mine = {r["id"] for r in claim_due(Store(one), 10)}
+            mine = {r["id"] for r in claim_due(BeatStore(one), 10)}
             with two.transaction():
-                theirs = {r["id"] for r in claim_due(Store(two), 100)}
+                theirs = {r["id"] for r in claim_due(BeatStore(two), 100)}
         assert len(mine) == 10 and len(theirs) == 10 and not mine & theirs
     finally:
         one.close()

@@ -98,14 +98,14 @@ def test_metrics_match_the_ledger_while_fires_flow(db, pg_dsn, schema, amqp_url)
 
 
 def test_due_gauge_counts_schedules_due_now(db, pg_dsn, schema):
-    from runledger_beat.db.store import Store
+    from runledger_beat.db.beat_store import BeatStore
     insert_schedule(db, "due-1", cron="* * * * * *", next_fire_at="2020-01-01T00:00:00Z")
     insert_schedule(db, "due-2", cron="* * * * * *", next_fire_at="2020-01-01T00:00:00Z")
     insert_schedule(db, "later", cron="* * * * * *", next_fire_at="2999-01-01T00:00:00Z")
-    assert Store(db).operation_gauges() == {"due": 2, "pending": 0, "quarantined": 0}
+    assert BeatStore(db).operation_gauges() == {"due": 2, "pending": 0, "quarantined": 0}
     db.execute("INSERT INTO schedule_faults (schedule_id, last_error, retry_at, quarantined_at)"
                " SELECT id, 'cron: bad', now(), now() FROM job_schedules WHERE name = 'later'")
-    assert Store(db).operation_gauges()["quarantined"] == 1
+    assert BeatStore(db).operation_gauges()["quarantined"] == 1
 
 
 def test_metrics_are_off_without_a_port_and_a_taken_port_does_not_stop_beat(caplog):

@@ -6,7 +6,7 @@ import uuid
 
 from runledger_beat import api
 from runledger_beat.beat.claim import run_pass
-from runledger_beat.db.store import Store
+from runledger_beat.db.beat_store import BeatStore
 from runledger_beat.importer import entry_columns
 
 from .e2e import count, delete_queue, prepare
@@ -96,7 +96,7 @@ def test_buffer_one_in_the_ledger_without_a_worker(db):
     live = uuid.uuid4()
     db.execute("INSERT INTO jobs (id, schedule_id, scheduled_for, job_type, payload, status)"
                " VALUES (%s, %s, now() - interval '1 minute', 'rl.record', '{}', 'started')", (live, sid))
-    store = Store(db)
+    store = BeatStore(db)
     for _ in range(2):
         assert run_pass(store, 10).fires == []
         db.execute("UPDATE job_schedules SET next_fire_at = now() WHERE id = %s", (sid,))

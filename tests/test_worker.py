@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from runledger_beat.db.store import Store
+from runledger_beat.db.beat_store import BeatStore
 from runledger_beat.ops.stats import parse_duration, stats
 from runledger_beat.publish.fires import Fire
 from runledger_beat.publish.message import send_fire
@@ -121,12 +121,12 @@ def test_mark_lost_runs(db):
     db.execute("UPDATE jobs SET started_at = now() - interval '2 minutes' WHERE id = %s", (limited,))
     db.execute("UPDATE jobs SET started_at = now() - interval '10 minutes' WHERE id = %s", (fresh,))
 
-    assert len(Store(db).mark_lost_runs(3600)) == 2
+    assert len(BeatStore(db).mark_lost_runs(3600)) == 2
     assert _row(db, old)["status"] == "lost" and _row(db, old)["finished_at"] is not None
     assert _row(db, limited)["status"] == "lost"
     assert _row(db, fresh)["status"] == "started"
     assert _row(db, done)["status"] == "success"
-    assert Store(db).mark_lost_runs(3600) == []
+    assert BeatStore(db).mark_lost_runs(3600) == []
 
 
 def test_stats_on_hand_made_ledger(db):

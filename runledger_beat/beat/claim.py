@@ -1,6 +1,6 @@
 """One scheduling pass: claim due schedules, plan each one's fire, record the fires, advance the cursors.
 
-Everything here runs in the caller's transaction (through a ``Store``); the
+Everything here runs in the caller's transaction (through a ``BeatStore``); the
 caller commits, and only then publishes. Recording is set-based (one INSERT and
 one UPDATE per batch); if the batch's SQL fails, a savepoint per schedule takes
 over so one bad row is rolled back and deferred alone. A row that cannot even be
@@ -23,8 +23,8 @@ from typing import Any
 
 import psycopg
 
+from ..db.beat_store import BeatStore
 from ..db.loaders import is_out_of_range, is_unreadable
-from ..db.store import Store
 from ..errors import ScheduleError
 from ..payload import merge_schedule_metadata, schedule_metadata, template_problem
 from ..publish.fires import Fire
@@ -138,7 +138,7 @@ def _fires_of(plans: list[_Plan], inserted: set[uuid.UUID]) -> list[Fire]:
     ]
 
 
-def _write(store: Store, plans: list[_Plan]) -> set[uuid.UUID]:
+def _write(store: BeatStore, plans: list[_Plan]) -> set[uuid.UUID]:
     """Insert the ledger rows and advance the cursors of ``plans`` in two statements."""
     recorded = [p for p in plans if p.status is not None]
     inserted: set[uuid.UUID] = set()
@@ -159,7 +159,7 @@ def _write(store: Store, plans: list[_Plan]) -> set[uuid.UUID]:
     return inserted
 
 
-def _defer(store: Store, row: dict[str, Any], error: BaseException, policy: FaultPolicy) -> None:
+def _defer(store: BeatStore, row: dict[str, Any], error: BaseException, policy: FaultPolicy) -> None:
     """Record the schedule's failure: retried later with back-off, quarantined after repeats (the row is untouched)."""
     text = f"{type(error).__name__}: {error}" if not isinstance(error, ScheduleError) else str(error)
     fault = store.record_schedule_fault(row["id"], text, policy.delay, policy.max_delay, policy.quarantine_after)
@@ -173,7 +173,7 @@ def _defer(store: Store, row: dict[str, Any], error: BaseException, policy: Faul
                     row["id"], text, fault["failures"], fault["retry_at"])
 
 
-def materialize_claimed(store: Store, rows: list[dict[str, Any]],
+def materialize_claimed(store: BeatStore, rows: list[dict[str, Any]],
                         policy: FaultPolicy = FaultPolicy()) -> PassResult:
     """Record fires and advance cursors for rows claimed in this transaction."""
     result = PassResult(claimed=len(rows), db_now=rows[0]["db_now"] if rows else None)
@@ -202,7 +202,7 @@ def materialize_claimed(store: Store, rows: list[dict[str, Any]],
     return result
 
 
-def _write_one_by_one(store: Store, plans: list[_Plan], policy: FaultPolicy, result: PassResult) -> list[Fire]:
+def _write_one_by_one(store: BeatStore, plans: list[_Plan], policy: FaultPolicy, result: PassResult) -> list[Fire]:
     """A savepoint per schedule: a failing one is rolled back and deferred alone."""
     fires: list[Fire] = []
     for plan in plans:
@@ -220,7 +220,7 @@ def _write_one_by_one(store: Store, plans: list[_Plan], policy: FaultPolicy, res
     return fires
 
 
-def clock_offset(store: Store) -> float:
+def clock_offset(store: BeatStore) -> float:
     """Mark this transaction internal (no NOTIFY to other beats); return database minus local clock (s).
 
     The local clock is read after the answer arrives, so the offset errs low by
@@ -229,7 +229,7 @@ def clock_offset(store: Store) -> float:
     return store.mark_internal().timestamp() - time.time()
 
 
-def claim_due(store: Store, limit: int, lookahead: float = 0.0,
+def claim_due(store: BeatStore, limit: int, lookahead: float = 0.0,
               group_start: datetime | None = None) -> list[dict[str, Any]]:
     """Lock up to ``limit`` schedules due now, or within ``lookahead`` s for one instant (SKIP LOCKED).
 
@@ -241,7 +241,7 @@ def claim_due(store: Store, limit: int, lookahead: float = 0.0,
     return store.claim_due(limit, lookahead, group_start, GROUP_WINDOW_SECONDS)
 
 
-def skip_overlapping(store: Store, fires: list[Fire]) -> set[uuid.UUID]:
+def skip_overlapping(store: BeatStore, fires: list[Fire]) -> set[uuid.UUID]:
     """Just before commit: hold back fires whose previous run is live; returns their ids.
 
     overlap ``skip``: skipped. ``buffer_one``: the first waits as 'buffered' (published when the live run
@@ -257,14 +257,14 @@ def skip_overlapping(store: Store, fires: list[Fire]) -> set[uuid.UUID]:
     return held
 
 
-def cancel_overlapped(store: Store, fires: list[Fire]) -> list[dict[str, Any]]:
+def cancel_overlapped(store: BeatStore, fires: list[Fire]) -> list[dict[str, Any]]:
     """Just before commit: for cancel_other fires, mark the schedule's earlier live runs revoked; returns
     [{id, terminate}] for the caller to revoke through Celery once the transaction commits."""
     ids = [f.id for f in fires if f.overlap_policy == "cancel_other"]
     return store.cancel_overlapped(ids) if ids else []
 
 
-def record_pass(store: Store, batch_size: int, lookahead: float = 0.0, group_start: datetime | None = None,
+def record_pass(store: BeatStore, batch_size: int, lookahead: float = 0.0, group_start: datetime | None = None,
                 policy: FaultPolicy = FaultPolicy()) -> PassResult:
     """Claim a batch and record its fires in the caller's open transaction (no commit)."""
     offset = clock_offset(store)
@@ -274,7 +274,7 @@ def record_pass(store: Store, batch_size: int, lookahead: float = 0.0, group_sta
     return result
 
 
-def run_pass(store: Store, batch_size: int,
+def run_pass(store: BeatStore, batch_size: int,
              policy: FaultPolicy = FaultPolicy()) -> PassResult:
     """One transaction: claim due schedules, record them, apply overlap skips, commit."""
     with store.conn.transaction():

@@ -13,9 +13,10 @@ import time
 
 import psycopg
 
+from ..db.beat_store import BeatStore
 from ..db.connect import connect
 from ..db.redaction import safe_error
-from ..db.store import OUTBOX_PAYLOAD, Store
+from ..db.store import OUTBOX_PAYLOAD
 from ..settings import Settings
 
 log = logging.getLogger("runledger_beat.listener")
@@ -47,7 +48,7 @@ class ChangeListener:
         try:
             conn = connect(self.settings.dsn, self.settings.schema, autocommit=True,
                            application_name="runledger_beat.listen")
-            Store(conn).listen()
+            BeatStore(conn).listen()
             self._conn = conn
         except psycopg.OperationalError:
             self._conn = None  # the server is away: try again later

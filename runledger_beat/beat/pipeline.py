@@ -47,9 +47,9 @@ import psycopg
 
 from .. import __version__
 from ..backoff import Backoff
+from ..db.beat_store import BeatStore
 from ..db.connect import connect
 from ..db.redaction import safe_error
-from ..db.store import Store
 from ..publish.amqp import CONFIRM_TIMEOUT
 from ..publish.dispatcher import Dispatcher
 from ..publish.fires import Fire, Outgoing
@@ -203,16 +203,16 @@ class FirePipeline:
         return all(c is not None and not c.closed for c in (self._claims, self._ledger))
 
     @property
-    def claims(self) -> Store:
+    def claims(self) -> BeatStore:
         """The store on the claims connection (holds the open transaction)."""
         assert self._claims is not None
-        return Store(self._claims)
+        return BeatStore(self._claims)
 
     @property
-    def ledger(self) -> Store:
+    def ledger(self) -> BeatStore:
         """The store on the autocommit bookkeeping connection."""
         assert self._ledger is not None
-        return Store(self._ledger)
+        return BeatStore(self._ledger)
 
     def close_connections(self) -> None:
         """Close both connections; an open transaction rolls back, so its fires are claimed again."""
@@ -721,7 +721,7 @@ class FirePipeline:
                 log.info("runledger: recovery sweep republishing %d fire(s)", len(fires))
                 self._publish([Outgoing(f) for f in fires])
 
-    def _prune_audit(self, ledger: Store) -> None:
+    def _prune_audit(self, ledger: BeatStore) -> None:
         """Drop audit entries past runledger_retention (the ledger's), hourly; a role without the right to only
         logs it."""
         self._next_prune = time.monotonic() + PRUNE_EVERY
@@ -733,7 +733,7 @@ class FirePipeline:
             log.warning("runledger: cannot prune %s.schedule_changes (%s); grant DELETE on it to beat's role",
                         self.settings.schema, safe_error(exc))
 
-    def _maintain_ledger(self, ledger: Store) -> None:
+    def _maintain_ledger(self, ledger: BeatStore) -> None:
         """Day partitions made ahead: at start, then hourly, a minute on when a lock was busy; only between
         instants (a prepared transaction's locks would make the DDL wait). Days past runledger_retention are
         dropped by ``self.retention`` in the background."""
@@ -747,7 +747,7 @@ class FirePipeline:
         if log_partitions(done, LEDGER_RETRY):
             self._next_ledger = time.monotonic() + LEDGER_RETRY
 
-    def _warn_without_hook(self, ledger: Store) -> None:
+    def _warn_without_hook(self, ledger: BeatStore) -> None:
         """Warn (hourly) when sent fires stay unstarted and no worker runs the ledger hook."""
         if time.monotonic() < self._next_hook_warning:
             return

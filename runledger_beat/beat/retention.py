@@ -21,9 +21,9 @@ import time
 
 import psycopg
 
+from ..db.beat_store import BeatStore
 from ..db.connect import connect
 from ..db.redaction import safe_error
-from ..db.store import Store
 from ..settings import Settings
 
 log = logging.getLogger("runledger_beat.pipeline")
@@ -67,7 +67,7 @@ class RetentionDrops:
         try:
             with connect(dsn, schema, autocommit=True, application_name="runledger_beat.retention",
                          **self._timeouts) as conn:
-                done = Store(conn).maintain_ledger(self.settings.retention)
+                done = BeatStore(conn).maintain_ledger(self.settings.retention)
         except psycopg.errors.InsufficientPrivilege:
             return  # the loop's partition maintenance already said so, with the GRANT to add
         except psycopg.Error as exc:

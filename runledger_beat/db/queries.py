@@ -1,39 +1,36 @@
 """The named SQL statements of sql/*.sql (migrations aside), loaded once at import.
 
-Each statement starts with a ``-- name --`` line and a one-line comment saying
-what it is for; names are unique across the files. ``queries.NAME`` is its
-text; only store.py (and db.py's migration runner) use them. queries.sql holds
-the beat's, the worker's and the API's statements; other files group a feature's.
+Each statement starts with a ``-- name --`` line and a one-line comment saying what it is for; names are
+unique across the files. ``queries.NAME`` is its text; only the stores (and migrate.py) use them. The files
+are grouped by who runs them: beat.sql, worker.sql, schedules.sql (API, CLI, importer), operations.sql
+(operator surfaces), migrate.sql (the migration runner).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from importlib import resources
+from importlib.abc import Traversable
 
 _HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 
 
-def _load(text: str, found: dict[str, str], source: str) -> None:
-    """Add the file's {name: sql} to ``found`` (comment lines dropped); a repeated name is an error."""
-    parts = _HEADER.split(text)
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in found:
-            raise RuntimeError(f"SQL statement {name!r} is defined twice (again in {source})")
-        sql = "\n".join(line for line in body.strip().splitlines() if not line.startswith("--")).strip()
-        found[name] = sql.rstrip(";")
-
-
-def _load_all() -> dict[str, str]:
+def named_statements(files: Iterable[Traversable]) -> dict[str, str]:
+    """{name: sql} of the given .sql files (comment lines dropped); a name defined twice is an error."""
     found: dict[str, str] = {}
-    folder = resources.files("runledger_beat.db").joinpath("sql")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".sql"):
-            _load(entry.read_text("utf-8"), found, entry.name)
+    for entry in sorted(files, key=lambda e: e.name):
+        parts = _HEADER.split(entry.read_text("utf-8"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in found:
+                raise RuntimeError(f"SQL statement {name!r} is defined twice (again in {entry.name})")
+            sql = "\n".join(line for line in body.strip().splitlines() if not line.startswith("--")).strip()
+            found[name] = sql.rstrip(";")
     return found
 
 
-_QUERIES = _load_all()
+_QUERIES = named_statements(e for e in resources.files("runledger_beat.db").joinpath("sql").iterdir()
+                            if e.name.endswith(".sql"))
 
 
 def __getattr__(name: str) -> str:

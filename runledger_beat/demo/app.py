@@ -14,8 +14,8 @@ import psycopg
 from celery import Celery
 
 from ..db.connect import connect
-from ..db.store import Store
 from ..payload import schedule_info
+from .store import DemoStore
 
 _folder = os.environ.get("RUNLEDGER_DEMO_BROKER_DIR") or os.path.join(os.getcwd(), ".runledger-demo-broker")
 
@@ -43,5 +43,5 @@ def hello(self, who: str, **kwargs) -> str:
         _conn = connect(os.environ["RUNLEDGER_DSN"], os.environ.get("RUNLEDGER_SCHEMA", "runledger"),
                         autocommit=True, application_name="runledger_demo.task")
     info = schedule_info(self.request) or {}
-    Store(_conn).demo_record_run(self.request.id, who, info.get("scheduled_for"), socket.gethostname())
+    DemoStore(_conn).demo_record_run(self.request.id, who, info.get("scheduled_for"), socket.gethostname())
     return json.dumps({"hello": who})

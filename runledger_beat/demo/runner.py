@@ -20,7 +20,7 @@ from typing import Any
 
 from ..db.connect import connect
 from ..db.migrate import migrate
-from ..db.store import Store
+from .store import DemoStore
 
 SCHEMA = "runledger"
 #: (name, cron, max jitter seconds)
@@ -43,7 +43,7 @@ def _start_postgres(workdir: str) -> tuple[Any, str]:
 def _seed(dsn: str) -> None:
     with connect(dsn, SCHEMA) as conn:
         migrate(conn, SCHEMA)
-        Store(conn).demo_setup(DEMO_SCHEDULES)
+        DemoStore(conn).demo_setup(DEMO_SCHEDULES)
         conn.commit()
 
 
@@ -62,7 +62,7 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(5)
 
 
-def _report_progress(store: Store, seen: dict[str, set[str]]) -> None:
+def _report_progress(store: DemoStore, seen: dict[str, set[str]]) -> None:
     for row in store.demo_progress():
         done = seen.setdefault(row["id"], set())
         if row["sent_at"] and "sent" not in done:
@@ -76,7 +76,7 @@ def _report_progress(store: Store, seen: dict[str, set[str]]) -> None:
                   f"  id {row['id'][:8]}  on {row['worker']}", flush=True)
 
 
-def _summary(store: Store) -> None:
+def _summary(store: DemoStore) -> None:
     rows = store.demo_summary()
     print("\nledger summary")
     print(f"  {'schedule':<26} {'fires':>6} {'sent':>6} {'executed':>9} {'slots':>6}")
@@ -84,7 +84,7 @@ def _summary(store: Store) -> None:
         print(f"  {r['schedule_name']:<26} {r['fires']:>6} {r['sent']:>6} {r['executed']:>9} {r['slots']:>6}")
 
 
-def _watch(store: Store, procs: list[subprocess.Popen], workdir: str, seconds: float) -> bool:
+def _watch(store: DemoStore, procs: list[subprocess.Popen], workdir: str, seconds: float) -> bool:
     """Print fires as they happen for ``seconds``; False if a celery process died (its log printed)."""
     seen: dict[str, set[str]] = {}
     deadline = time.monotonic() + seconds
@@ -135,7 +135,7 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"celery worker and celery beat -S runledger started; running {args.seconds:.0f} s "
               f"(Ctrl-C to stop)\n", flush=True)
         with connect(dsn, SCHEMA, autocommit=True, application_name="runledger_demo") as conn:
-            store = Store(conn)
+            store = DemoStore(conn)
             if not _watch(store, procs, workdir, args.seconds):
                 return 1
             _summary(store)

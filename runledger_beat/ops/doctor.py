@@ -19,8 +19,8 @@ import psycopg
 
 from ..db.connect import connect
 from ..db.migrate import migration_files
+from ..db.ops_store import OpsStore
 from ..db.redaction import redact_dsn, safe_error
-from ..db.store import Store
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 #: Clock skew above this many seconds is worth a warning.
@@ -55,7 +55,7 @@ def diagnose(dsn: str, schema: str, app: Any = None) -> list[Check]:
         with conn:
             checks.append(Check("database", OK, f"connected to {redact_dsn(dsn)} "
                                 f"(PostgreSQL {conn.info.server_version // 10000}, role {conn.info.user})"))
-            store = Store(conn)
+            store = OpsStore(conn)
             _run(checks, "migrations", lambda: _migrations(store, schema))
             usable = _schema_usable(store, schema)
             for name, step in (("privileges", lambda: _privileges(store, schema)),
@@ -79,7 +79,7 @@ def _run(checks: list[Check], name: str, step: Callable[[], tuple[str, str]]) ->
     return verdict != FAIL
 
 
-def _schema_usable(store: Store, schema: str) -> bool:
+def _schema_usable(store: OpsStore, schema: str) -> bool:
     try:
         state = store.doctor_schema(schema)
     except psycopg.Error:
@@ -87,7 +87,7 @@ def _schema_usable(store: Store, schema: str) -> bool:
     return bool(state["present"] and state["usage"])
 
 
-def _migrations(store: Store, schema: str) -> tuple[str, str]:
+def _migrations(store: OpsStore, schema: str) -> tuple[str, str]:
     state = store.doctor_schema(schema)
     if not state["present"]:
         return FAIL, f"schema {schema!r} does not exist (run `runledger-beat migrate`, or start beat)"
@@ -112,7 +112,7 @@ def _migrations(store: Store, schema: str) -> tuple[str, str]:
     return OK, f"{len(applied)} migration(s) applied, as shipped"
 
 
-def _privileges(store: Store, schema: str) -> tuple[str, str]:
+def _privileges(store: OpsStore, schema: str) -> tuple[str, str]:
     missing = []
     for row in store.table_privileges(schema, list(NEEDED)):
         if not row["present"]:
@@ -126,7 +126,7 @@ def _privileges(store: Store, schema: str) -> tuple[str, str]:
     return OK, "SELECT/INSERT/UPDATE on " + ", ".join(NEEDED) + " (and DELETE on beats)"
 
 
-def _clock(store: Store) -> tuple[str, str]:
+def _clock(store: OpsStore) -> tuple[str, str]:
     before = time.time()
     db_now = store.db_clock().timestamp()
     after = time.time()
@@ -138,14 +138,14 @@ def _clock(store: Store) -> tuple[str, str]:
     return OK, text
 
 
-def _listen(store: Store) -> tuple[str, str]:
+def _listen(store: OpsStore) -> tuple[str, str]:
     if store.listen_round_trip(LISTEN_TIMEOUT):
         return OK, "LISTEN/NOTIFY round trip works (beats wake at once on schedule changes)"
     return WARN, (f"a NOTIFY did not come back within {LISTEN_TIMEOUT:g}s (a transaction-mode pooler?); "
                   "set runledger_listen = False so beats poll")
 
 
-def _beats(store: Store) -> tuple[str, str]:
+def _beats(store: OpsStore) -> tuple[str, str]:
     row = store.freshest_beat()
     if row["age_seconds"] is None:
         return WARN, "no beat has registered (none running, or none since the 0005 migration)"
@@ -154,7 +154,7 @@ def _beats(store: Store) -> tuple[str, str]:
     return OK, f"{row['beats']} beat row(s), the freshest ticked {row['age_seconds']:.1f}s ago"
 
 
-def _worker_hook(store: Store) -> tuple[str, str]:
+def _worker_hook(store: OpsStore) -> tuple[str, str]:
     started = store.recent_start()
     if started is None:
         return WARN, ("unknown: no ledger row started within the last hour (nothing ran, or the workers lack "

@@ -6,7 +6,7 @@ Lags are p50/p99/max seconds from scheduled_for to sent_at and to started_at.
 
 from __future__ import annotations
 
-from ..db.store import Store
+from ..db.ops_store import OpsStore
 from ..timing.formats import parse_duration
 from .tables import render_table
 
@@ -17,7 +17,7 @@ LAGS = ("send_lag_p50", "send_lag_p99", "send_lag_max", "start_lag_p50", "start_
 
 def stats(conn, name: str | None = None, since_seconds: float | None = None) -> list[dict]:
     """One dict per schedule name: name, total, counts {status: n}, and the lag numbers."""
-    rows = Store(conn).job_stats(name, since_seconds)
+    rows = OpsStore(conn).job_stats(name, since_seconds)
     if not conn.autocommit:
         conn.commit()
     out = []

@@ -15,7 +15,7 @@ in constant time) — a signed cookie (Starlette SessionMiddleware, secret
 derived from the token, httponly, samesite=strict) — and the session's CSRF
 token in every form. Without a token the dashboard is read-only: no buttons,
 and every write answers 403 and changes nothing. Every read and write goes
-through runledger_beat.api and the Store, one short connection per request.
+through runledger_beat.api and the stores, one short connection per request.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, quote
 
 from .. import api
 from ..db.connect import DEFAULT_SCHEMA, connect
-from ..db.store import Store
+from ..db.ops_store import OpsStore
 from ..errors import ScheduleError
 from ..timing.formats import format_rfc3339, parse_instant
 
@@ -258,7 +258,7 @@ class Dashboard:
     def schedules_page(self, request: Any) -> Any:
         with self.conn() as conn:
             schedules = api.list_schedules(conn, schema=self.schema)
-            last = {str(k): v for k, v in Store(conn).last_fires().items()}
+            last = {str(k): v for k, v in OpsStore(conn).last_fires().items()}
             for s in schedules:
                 s["next"] = api.next_fires(conn, s["name"], LIST_FIRES, schema=self.schema)
                 s["last"] = last.get(s["id"])
@@ -272,17 +272,17 @@ class Dashboard:
                 return self.refuse_html(request, f"no schedule named {name!r}", 404)
             fires = api.next_fires(conn, name, PAGE_FIRES, schema=self.schema)
             jobs = api.history(conn, name, limit=HISTORY_ROWS, schema=self.schema)
-            plot = lag_plot(Store(conn).lag_series(row["id"], LAG_FIRES))
+            plot = lag_plot(OpsStore(conn).lag_series(row["id"], LAG_FIRES))
         return self.render(request, "schedule.html", s=row, fires=fires, jobs=jobs, plot=plot)
 
     def beats_page(self, request: Any) -> Any:
         with self.conn() as conn:
-            beats = Store(conn).beats()
+            beats = OpsStore(conn).beats()
         return self.render(request, "beats.html", beats=beats)
 
     def problems_page(self, request: Any) -> Any:
         with self.conn() as conn:
-            store = Store(conn)
+            store = OpsStore(conn)
             faulted, failed = store.faulted_schedules(), store.failed_jobs(PROBLEM_ROWS)
         return self.render(request, "problems.html", faulted=faulted, failed=failed, limit=PROBLEM_ROWS)
 

@@ -1,20 +1,15 @@
--- Operating it: the beats table, metrics gauges, health and doctor checks.
--- Named statements as in queries.sql (see runledger_beat/queries.py).
+-- Operator surfaces (ops/*.py and the command line, through db.ops_store): partitions, beats, health,
+-- doctor checks, the dashboard's reads and per-schedule stats.
+-- Each statement: a `-- name --` line, a line saying what it is for, then the SQL; Python runs it as
+-- queries.NAME. All run with search_path set to the runledger schema.
 
--- beat_tick --
--- A beat is alive: upsert its row (the database clock stamps the tick) and prune rows of beats silent for %(stale)s s.
-WITH pruned AS (
-    DELETE FROM beats
-     WHERE last_tick_at < statement_timestamp() - make_interval(secs => %(stale)s::float8) AND id <> %(id)s
-)
-INSERT INTO beats (id, host, pid, version, started_at, last_tick_at, preparing)
-VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, statement_timestamp(), statement_timestamp(), %(preparing)s)
-ON CONFLICT (id) DO UPDATE
-   SET last_tick_at = excluded.last_tick_at, preparing = excluded.preparing;
-
--- beat_remove --
--- A beat shut down cleanly: drop its row.
-DELETE FROM beats WHERE id = %(id)s;
+-- ledger_partitions --
+-- The ledger's partitions: name, the range it holds, estimated rows and bytes on disk, oldest first.
+SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS holds,
+       greatest(c.reltuples, 0)::bigint AS rows_estimate, pg_total_relation_size(c.oid) AS bytes
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'jobs'::regclass
+ ORDER BY pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT', c.relname;
 
 -- beats_list --
 -- Every beat's row with the seconds since its last tick (database clock), freshest first.
@@ -30,34 +25,60 @@ SELECT count(*) AS beats,
   FROM beats
  WHERE %(host)s::text IS NULL OR host = %(host)s::text;
 
--- metrics_gauges --
--- The metrics gauges in one cheap statement (partial indexes): schedules due now, ledger rows waiting to be
--- published, and quarantined schedules.
-SELECT (SELECT count(*) FROM job_schedules WHERE is_active AND next_fire_at <= statement_timestamp()) AS due,
-       (SELECT count(*) FROM jobs WHERE status = 'pending') AS pending,
-       (SELECT count(*) FROM schedule_faults WHERE quarantined_at IS NOT NULL) AS quarantined;
-
--- testing_claim_due_at --
--- runledger_beat.testing.run_due: lock up to %(limit)s schedules due by %(at)s, as if the database clock read
--- %(at)s (it is returned as db_now, which planning judges by); rows another session holds are skipped.
-SELECT s.id, s.name, s.job_type, s.organization_id, s.payload_template, s.kind,
-       s.cron_expr, s.cron_day_and, s.interval_seconds, s.run_at, s.anchor_at,
-       s.timezone, s.next_fire_at, s.max_jitter_seconds, s.options,
-       s.misfire_policy, s.misfire_grace_seconds, s.overlap_policy,
-       s.start_at, s.end_at,
-       %(at)s::timestamptz AS db_now
+-- web_last_fires --
+-- The dashboard's schedules page: each schedule's latest ledger row (status, and the lag sent_at - scheduled_for).
+SELECT s.id AS schedule_id, j.status, j.stage, j.scheduled_for, j.sent_at,
+       extract(epoch FROM j.sent_at - j.scheduled_for)::float8 AS lag_seconds
   FROM job_schedules s
- WHERE s.is_active AND s.next_fire_at <= %(at)s::timestamptz
- ORDER BY s.next_fire_at
- LIMIT %(limit)s
-   FOR UPDATE OF s SKIP LOCKED;
+ CROSS JOIN LATERAL (SELECT status, stage, scheduled_for, sent_at FROM jobs
+                      WHERE schedule_id = s.id ORDER BY created_at DESC LIMIT 1) j;
 
--- testing_jobs --
--- runledger_beat.testing.run_due: the ledger rows of these (schedule, slot) pairs, in slot order.
-SELECT j.* FROM jobs j
-  JOIN unnest(%(schedule_ids)b::uuid[], %(scheduled_fors)b::timestamptz[]) AS p(schedule_id, scheduled_for)
-    ON j.schedule_id = p.schedule_id AND j.scheduled_for = p.scheduled_for AND j.stage = 'scheduled'
- ORDER BY j.scheduled_for, j.schedule_name, j.id;
+-- web_lag_series --
+-- The dashboard's lag plot: sent_at - scheduled_for of a schedule's last %(limit)s sent fires, oldest first.
+SELECT scheduled_for, extract(epoch FROM sent_at - scheduled_for)::float8 AS lag_seconds
+  FROM (SELECT scheduled_for, sent_at, created_at FROM jobs
+         WHERE schedule_id = %(id)s AND stage = 'scheduled' AND sent_at IS NOT NULL
+         ORDER BY created_at DESC LIMIT %(limit)s) t
+ ORDER BY scheduled_for, created_at;
+
+-- web_faulted_schedules --
+-- The dashboard's problems page: schedules beat could not fire (a row in schedule_faults), quarantined first.
+SELECT s.name, s.job_type, s.is_active, f.failures, f.last_error, f.failed_at, f.retry_at, f.quarantined_at
+  FROM schedule_faults f JOIN job_schedules s ON s.id = f.schedule_id
+ ORDER BY f.quarantined_at DESC NULLS LAST, f.failed_at DESC, s.name;
+
+-- web_failed_jobs --
+-- The dashboard's problems page: the newest %(limit)s ledger rows that failed to publish, were lost or expired.
+SELECT id, schedule_name, job_type, stage, status, scheduled_for, created_at, sent_at, dispatch_attempts,
+       last_error, worker
+  FROM jobs
+ WHERE status IN ('failed', 'lost', 'expired')
+ ORDER BY created_at DESC, id
+ LIMIT %(limit)s;
+
+-- job_stats --
+-- Per schedule: counts by status and lag percentiles (seconds) from scheduled_for to sent_at and started_at.
+WITH j AS (
+    SELECT schedule_name, status, scheduled_for, sent_at, started_at
+      FROM jobs
+     WHERE (%(name)s::text IS NULL OR schedule_name = %(name)s::text)
+       AND (%(since)s::float8 IS NULL
+            OR coalesce(scheduled_for, created_at) >= now() - make_interval(secs => %(since)s::float8))
+), c AS (
+    SELECT schedule_name, jsonb_object_agg(status, n) AS counts
+      FROM (SELECT schedule_name, status, count(*) AS n FROM j GROUP BY schedule_name, status) x
+     GROUP BY schedule_name
+)
+SELECT j.schedule_name AS name, count(*) AS total, c.counts,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_p99,
+       max(extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_max,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_p99,
+       max(extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_max
+  FROM j LEFT JOIN c ON c.schedule_name IS NOT DISTINCT FROM j.schedule_name
+ GROUP BY j.schedule_name, c.counts
+ ORDER BY j.schedule_name NULLS LAST;
 
 -- doctor_schema --
 -- runledger-beat doctor: does the schema exist, may this role use it, and does it hold the migrations table.
@@ -99,48 +120,3 @@ UNLISTEN runledger_doctor;
 -- doctor_recent_start --
 -- runledger-beat doctor: the latest run a worker hook reported started within the last hour (NULL: none).
 SELECT max(started_at) AS started_at FROM jobs WHERE started_at >= now() - interval '1 hour';
-
--- web_last_fires --
--- The dashboard's schedules page: each schedule's latest ledger row (status, and the lag sent_at - scheduled_for).
-SELECT s.id AS schedule_id, j.status, j.stage, j.scheduled_for, j.sent_at,
-       extract(epoch FROM j.sent_at - j.scheduled_for)::float8 AS lag_seconds
-  FROM job_schedules s
- CROSS JOIN LATERAL (SELECT status, stage, scheduled_for, sent_at FROM jobs
-                      WHERE schedule_id = s.id ORDER BY created_at DESC LIMIT 1) j;
-
--- web_lag_series --
--- The dashboard's lag plot: sent_at - scheduled_for of a schedule's last %(limit)s sent fires, oldest first.
-SELECT scheduled_for, extract(epoch FROM sent_at - scheduled_for)::float8 AS lag_seconds
-  FROM (SELECT scheduled_for, sent_at, created_at FROM jobs
-         WHERE schedule_id = %(id)s AND stage = 'scheduled' AND sent_at IS NOT NULL
-         ORDER BY created_at DESC LIMIT %(limit)s) t
- ORDER BY scheduled_for, created_at;
-
--- web_faulted_schedules --
--- The dashboard's problems page: schedules beat could not fire (a row in schedule_faults), quarantined first.
-SELECT s.name, s.job_type, s.is_active, f.failures, f.last_error, f.failed_at, f.retry_at, f.quarantined_at
-  FROM schedule_faults f JOIN job_schedules s ON s.id = f.schedule_id
- ORDER BY f.quarantined_at DESC NULLS LAST, f.failed_at DESC, s.name;
-
--- web_failed_jobs --
--- The dashboard's problems page: the newest %(limit)s ledger rows that failed to publish, were lost or expired.
-SELECT id, schedule_name, job_type, stage, status, scheduled_for, created_at, sent_at, dispatch_attempts,
-       last_error, worker
-  FROM jobs
- WHERE status IN ('failed', 'lost', 'expired')
- ORDER BY created_at DESC, id
- LIMIT %(limit)s;
-
--- maintain_ledger --
--- Day partitions of the ledger created ahead, those past %(retention)s s dropped (NULL: none), the default
--- partition's old rows deleted in batches; see runledger_maintain_ledger() in migration 0006.
-SELECT action, partition_name
-  FROM runledger_maintain_ledger(make_interval(secs => %(retention)s::float8), %(days_ahead)s);
-
--- ledger_partitions --
--- The ledger's partitions: name, the range it holds, estimated rows and bytes on disk, oldest first.
-SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS holds,
-       greatest(c.reltuples, 0)::bigint AS rows_estimate, pg_total_relation_size(c.oid) AS bytes
-  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
- WHERE i.inhparent = 'jobs'::regclass
- ORDER BY pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT', c.relname;

@@ -1,40 +1,7 @@
--- Every SQL statement runledger_beat runs, by name. Python refers to them as
--- queries.NAME (runledger_beat/queries.py). The line after the name says what
--- the statement is for. All run with search_path set to the runledger schema.
-
--- migrate_lock --
--- Serialise migrations across processes for this schema (released at commit).
-SELECT pg_advisory_xact_lock(hashtextextended('runledger_beat.migrate.' || %(schema)s, 0));
-
--- migrate_hold_preparing --
--- A migration step retried after a lock timeout waits (as long as it takes: no table lock is requested yet)
--- until no beat holds an instant prepared, and keeps beats from preparing one until it commits: their open
--- transactions on the tables it alters are then a few milliseconds long, so its bounded lock waits succeed.
-SELECT pg_advisory_xact_lock(hashtextextended('runledger_beat.prepare.' || %(schema)s, 0));
-
--- bound_lock_waits --
--- A migration step waits this long at most for a table lock (this transaction only), then lets go.
-SELECT set_config('lock_timeout', %(ms)s, true);
-
--- create_migrations_table --
--- The record of applied migrations.
-CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    integer PRIMARY KEY,
-    name       text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-);
-
--- applied_migrations --
--- Versions already applied.
-SELECT version FROM schema_migrations ORDER BY version;
-
--- record_migration --
--- Mark one migration applied.
-INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
-
--- schema_ready --
--- Whether the schema holds the tables (used when auto-migrate is off).
-SELECT to_regclass(%(table)s) IS NOT NULL AS ready;
+-- What a beat runs: claim, record and advance (beat/claim.py), publish and settle the outbox, sweep and
+-- keep house (beat/*.py), and the testing helper's pass at a chosen clock (testing.py), through db.beat_store.
+-- Each statement: a `-- name --` line, a line saying what it is for, then the SQL; Python runs it as
+-- queries.NAME. All run with search_path set to the runledger schema.
 
 -- mark_internal --
 -- Beat's own cursor moves must not wake the other beats; also reads the database clock.
@@ -140,6 +107,42 @@ UPDATE jobs f
                   AND p.status IN ('pending', 'sent', 'received', 'started', 'retry'))  -- jobs_live_idx
 RETURNING f.id;
 
+-- overlap_buffer_fires --
+-- Just before commit, for fires of buffer_one schedules: while an earlier run is live (or a fire already waits),
+-- the first later fire waits as 'buffered' and any further one is 'skipped'. Returns the fires held back.
+WITH d AS (
+    SELECT f.id,
+           EXISTS (SELECT 1 FROM jobs b
+                    WHERE b.schedule_id = f.schedule_id AND b.status = 'buffered' AND b.id <> f.id) AS waiting,
+           EXISTS (SELECT 1 FROM jobs p
+                    WHERE p.schedule_id = f.schedule_id AND p.id <> f.id
+                      AND (p.stage = 'manual' OR p.scheduled_for < f.scheduled_for)
+                      AND p.status IN ('pending', 'sent', 'received', 'started', 'retry')) AS live
+      FROM jobs f
+     WHERE f.id = ANY(%(ids)b::uuid[]) AND f.status = 'pending'  -- just recorded: jobs_pending_idx
+)
+UPDATE jobs f
+   SET status = CASE WHEN d.waiting THEN 'skipped' ELSE 'buffered' END,
+       finished_at = CASE WHEN d.waiting THEN statement_timestamp() END,
+       last_error = CASE WHEN d.waiting THEN 'overlap: a later fire is already waiting (buffer_one)'
+                         ELSE 'overlap: waiting for the live run to finish (buffer_one)' END
+  FROM d
+ WHERE f.id = d.id AND (d.live OR d.waiting)
+RETURNING f.id;
+
+-- overlap_cancel_runs --
+-- Just before commit, for fires of cancel_other schedules: the schedule's earlier live runs not yet started (and
+-- started ones when overlap_terminate is on) become revoked; returned, with the flag, for app.control.revoke.
+UPDATE jobs p
+   SET status = 'revoked', finished_at = statement_timestamp(),
+       last_error = 'overlap: cancelled by a later fire (cancel_other)'
+  FROM jobs f JOIN job_schedules s ON s.id = f.schedule_id
+ WHERE f.id = ANY(%(ids)b::uuid[]) AND f.status = 'pending'  -- just recorded: jobs_pending_idx
+   AND p.schedule_id = f.schedule_id AND p.id <> f.id
+   AND (p.stage = 'manual' OR p.scheduled_for < f.scheduled_for)
+   AND (p.status IN ('pending', 'sent', 'received', 'retry') OR (p.status = 'started' AND s.overlap_terminate))
+RETURNING p.id, s.overlap_terminate AS terminate;
+
 -- record_schedule_fault --
 -- A schedule failed to be read, planned or recorded: count it, keep the error, retry after %(delay)s s doubled per
 -- earlier failure (at most %(max_delay)s s); quarantine it at %(quarantine_after)s failures. The schedule row is not written.
@@ -157,10 +160,6 @@ RETURNING failures, retry_at, quarantined_at;
 -- clear_schedule_faults --
 -- These schedules fired (or were resumed): their failures are forgiven.
 DELETE FROM schedule_faults WHERE schedule_id = ANY(%(ids)b::uuid[]);
-
--- quarantined_count --
--- How many schedules are quarantined.
-SELECT count(*) AS n FROM schedule_faults WHERE quarantined_at IS NOT NULL;
 
 -- next_due_in --
 -- Seconds from the database clock until the earliest claimable cursor is %(lookahead)s seconds away, or until a faulted
@@ -281,149 +280,6 @@ SELECT count(*) AS n
  WHERE status = 'sent' AND sent_at < statement_timestamp() - make_interval(secs => %(older_than)s)
    AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.seen_at > statement_timestamp() - interval '1 hour');
 
--- api_db_now --
--- The database clock, which judges due-ness; API cursors are computed from it.
-SELECT now() AS now;
-
--- api_get_schedule --
--- One schedule by name, with its fault record if any.
-SELECT s.*, q.failures, q.last_error, q.retry_at, q.quarantined_at
-  FROM job_schedules s LEFT JOIN schedule_faults q ON q.schedule_id = s.id
- WHERE s.name = %(name)s;
-
--- api_lock_schedule --
--- One schedule by name, locked for a read-modify-write.
-SELECT * FROM job_schedules WHERE name = %(name)s FOR UPDATE;
-
--- api_insert_schedule --
--- Create a schedule (API, CLI or config import).
-INSERT INTO job_schedules (id, name, job_type, organization_id, payload_template, kind,
-                           cron_expr, cron_day_and, interval_seconds, run_at, anchor_at,
-                           timezone, is_active, next_fire_at, max_jitter_seconds, options,
-                           misfire_policy, misfire_grace_seconds, overlap_policy,
-                           start_at, end_at, source, skip_dates, calendar, overlap_terminate)
-VALUES (%(id)s, %(name)s, %(job_type)s, %(organization_id)s, %(payload_template)s, %(kind)s,
-        %(cron_expr)s, %(cron_day_and)s, %(interval_seconds)s, %(run_at)s, %(anchor_at)s,
-        %(timezone)s, %(is_active)s, %(next_fire_at)s, %(max_jitter_seconds)s, %(options)s,
-        %(misfire_policy)s, %(misfire_grace_seconds)s, %(overlap_policy)s,
-        %(start_at)s, %(end_at)s, %(source)s, %(skip_dates)s::date[], %(calendar)s, %(overlap_terminate)s)
-RETURNING *;
-
--- api_update_schedule --
--- Replace a schedule's definition and cursor.
-UPDATE job_schedules
-   SET job_type = %(job_type)s, organization_id = %(organization_id)s,
-       payload_template = %(payload_template)s, kind = %(kind)s, cron_expr = %(cron_expr)s,
-       cron_day_and = %(cron_day_and)s, interval_seconds = %(interval_seconds)s,
-       run_at = %(run_at)s, anchor_at = %(anchor_at)s, timezone = %(timezone)s,
-       is_active = %(is_active)s, next_fire_at = %(next_fire_at)s,
-       max_jitter_seconds = %(max_jitter_seconds)s, options = %(options)s,
-       misfire_policy = %(misfire_policy)s, misfire_grace_seconds = %(misfire_grace_seconds)s,
-       overlap_policy = %(overlap_policy)s, start_at = %(start_at)s, end_at = %(end_at)s,
-       source = %(source)s, skip_dates = %(skip_dates)s::date[], calendar = %(calendar)s,
-       overlap_terminate = %(overlap_terminate)s, updated_at = now()
- WHERE id = %(id)s
-RETURNING *;
-
--- api_list_schedules --
--- Schedules by name with their fault records, optionally filtered by task, organization and active flag.
-SELECT s.*, q.failures, q.last_error, q.retry_at, q.quarantined_at
-  FROM job_schedules s LEFT JOIN schedule_faults q ON q.schedule_id = s.id
- WHERE (%(task)s::text IS NULL OR s.job_type = %(task)s::text)
-   AND (%(organization_id)s::uuid IS NULL OR s.organization_id = %(organization_id)s::uuid)
-   AND (%(active)s::boolean IS NULL OR s.is_active = %(active)s::boolean)
- ORDER BY s.name;
-
--- api_set_active --
--- Pause or resume a schedule, setting its cursor.
-UPDATE job_schedules
-   SET is_active = %(active)s, next_fire_at = %(next_fire_at)s, updated_at = now()
- WHERE id = %(id)s
-RETURNING *;
-
--- api_delete_schedule --
--- Remove a schedule; its ledger rows keep their history (schedule_id set to NULL).
-DELETE FROM job_schedules WHERE name = %(name)s RETURNING id;
-
--- api_insert_manual_job --
--- A manual trigger: a pending ledger row the beats' recovery sweep publishes at once.
-INSERT INTO jobs (id, schedule_id, schedule_name, scheduled_for, job_type,
-                  organization_id, payload, options, stage, status)
-VALUES (%(id)s, %(schedule_id)s, %(schedule_name)s, %(scheduled_for)s, %(job_type)s,
-        %(organization_id)s, %(payload)s, %(options)s, 'manual', 'pending')
-RETURNING *;
-
--- api_notify_schedules --
--- Wake the running beats (a manual trigger does not touch job_schedules).
-SELECT pg_notify('runledger_schedules', '');
-
--- api_history --
--- The latest ledger rows of a schedule, newest first, optionally of one status.
-SELECT * FROM jobs
- WHERE schedule_name = %(name)s
-   AND (%(status)s::text IS NULL OR status = %(status)s::text)
- ORDER BY created_at DESC, scheduled_for DESC NULLS LAST
- LIMIT %(limit)s;
-
--- api_config_schedules --
--- Every schedule imported from a Celery beat_schedule.
-SELECT * FROM job_schedules WHERE source = 'config' ORDER BY name;
-
--- api_deactivate_config --
--- Deactivate config-imported schedules no longer in the beat_schedule.
-UPDATE job_schedules
-   SET is_active = false, next_fire_at = NULL, updated_at = now()
- WHERE id = ANY(%(ids)s::uuid[]) AND source = 'config' AND is_active
-RETURNING name;
-
--- worker_claim_job --
--- A worker starts a run: atomically move a not-yet-started ledger row to started (the duplicate guard). A row marked
--- lost while its message waited in a long queue starts all the same.
-UPDATE jobs
-   SET status = 'started', started_at = now(), worker = %(worker)s,
-       retries = GREATEST(retries, %(retries)s), finished_at = NULL
- WHERE id = %(id)s
-   AND (status IN ('pending', 'sent', 'retry') OR (status = 'lost' AND started_at IS NULL))
-RETURNING id;
-
--- worker_seen --
--- A worker with the ledger hook reports itself (at start, then at most once a minute).
-INSERT INTO workers (hostname, pid, seen_at) VALUES (%(hostname)s, %(pid)s, now())
-ON CONFLICT (hostname) DO UPDATE SET pid = excluded.pid, seen_at = excluded.seen_at;
-
--- worker_count_duplicate --
--- A delivery of a run already started or finished: count it; no row returned means no ledger row.
-UPDATE jobs
-   SET duplicates = duplicates + 1
- WHERE id = %(id)s
-RETURNING status;
-
--- worker_mark_retry --
--- A run asked to retry: count it and keep the reason, unless the retried attempt already started or it finished.
-UPDATE jobs
-   SET status = CASE WHEN retries < %(retries)s THEN 'retry' ELSE status END,
-       retries = GREATEST(retries, %(retries)s),
-       last_error = %(error)s
- WHERE id = %(id)s AND status IN ('pending', 'sent', 'started', 'retry');
-
--- worker_mark_success --
--- A run finished successfully (a retry's reason stays in last_error).
-UPDATE jobs
-   SET status = 'success', finished_at = now()
- WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
-
--- worker_mark_failure --
--- A run failed: keep the exception type and message.
-UPDATE jobs
-   SET status = 'failure', finished_at = now(), last_error = %(error)s
- WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
-
--- worker_mark_revoked --
--- A run was revoked (or expired) before or while running.
-UPDATE jobs
-   SET status = 'revoked', finished_at = now(), last_error = coalesce(%(error)s, last_error)
- WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
-
 -- mark_lost_runs --
 -- Started runs older than their time_limit option (else %(default_bound)s seconds) become lost.
 UPDATE jobs
@@ -435,64 +291,82 @@ UPDATE jobs
            %(default_bound)s::float8))
 RETURNING id;
 
--- job_stats --
--- Per schedule: counts by status and lag percentiles (seconds) from scheduled_for to sent_at and started_at.
-WITH j AS (
-    SELECT schedule_name, status, scheduled_for, sent_at, started_at
-      FROM jobs
-     WHERE (%(name)s::text IS NULL OR schedule_name = %(name)s::text)
-       AND (%(since)s::float8 IS NULL
-            OR coalesce(scheduled_for, created_at) >= now() - make_interval(secs => %(since)s::float8))
-), c AS (
-    SELECT schedule_name, jsonb_object_agg(status, n) AS counts
-      FROM (SELECT schedule_name, status, count(*) AS n FROM j GROUP BY schedule_name, status) x
-     GROUP BY schedule_name
+-- overlap_release_buffered --
+-- A buffered fire whose schedule has no live run any more becomes pending with released_at set, so the caller
+-- publishes it (the worker hook), else the recovery sweep does at once. With %(job_id)s only the schedule of that
+-- finished run; NULL: every schedule (the sweep). The earliest buffered fire of a schedule goes first.
+UPDATE jobs j
+   SET status = 'pending', released_at = statement_timestamp(), last_error = NULL
+  FROM (SELECT b.id
+          FROM jobs b
+         WHERE b.status = 'buffered'
+           AND (%(job_id)s::uuid IS NULL
+                OR b.schedule_id = (SELECT r.schedule_id FROM jobs r WHERE r.id = %(job_id)s::uuid))
+           AND NOT EXISTS (SELECT 1 FROM jobs p
+                            WHERE p.schedule_id = b.schedule_id
+                              AND p.status IN ('pending', 'sent', 'received', 'started', 'retry'))
+           AND NOT EXISTS (SELECT 1 FROM jobs e
+                            WHERE e.schedule_id = b.schedule_id AND e.status = 'buffered'
+                              AND e.scheduled_for < b.scheduled_for)
+         LIMIT %(limit)s
+           FOR UPDATE SKIP LOCKED) n
+ WHERE j.id = n.id AND j.status = 'buffered'
+RETURNING j.id, j.job_type, j.payload, j.options, j.schedule_id, j.schedule_name, j.scheduled_for;
+
+-- feature_prune_audit --
+-- Delete audit entries older than %(older_than)s seconds (the ledger's retention applies to the log too).
+DELETE FROM schedule_changes WHERE at < now() - make_interval(secs => %(older_than)s::float8);
+
+-- maintain_ledger --
+-- Day partitions of the ledger created ahead, those past %(retention)s s dropped (NULL: none), the default
+-- partition's old rows deleted in batches; see runledger_maintain_ledger() in migration 0006.
+SELECT action, partition_name
+  FROM runledger_maintain_ledger(make_interval(secs => %(retention)s::float8), %(days_ahead)s);
+
+-- beat_tick --
+-- A beat is alive: upsert its row (the database clock stamps the tick) and prune rows of beats silent for %(stale)s s.
+WITH pruned AS (
+    DELETE FROM beats
+     WHERE last_tick_at < statement_timestamp() - make_interval(secs => %(stale)s::float8) AND id <> %(id)s
 )
-SELECT j.schedule_name AS name, count(*) AS total, c.counts,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_p50,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_p99,
-       max(extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_max,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_p50,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_p99,
-       max(extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_max
-  FROM j LEFT JOIN c ON c.schedule_name IS NOT DISTINCT FROM j.schedule_name
- GROUP BY j.schedule_name, c.counts
- ORDER BY j.schedule_name NULLS LAST;
+INSERT INTO beats (id, host, pid, version, started_at, last_tick_at, preparing)
+VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, statement_timestamp(), statement_timestamp(), %(preparing)s)
+ON CONFLICT (id) DO UPDATE
+   SET last_tick_at = excluded.last_tick_at, preparing = excluded.preparing;
 
--- demo_create_runs_table --
--- The demo's record of executions (the demo task writes one row per run).
-CREATE TABLE IF NOT EXISTS demo_runs (task_id text, who text, scheduled_for text, worker text,
-                                      at timestamptz DEFAULT clock_timestamp());
+-- beat_remove --
+-- A beat shut down cleanly: drop its row.
+DELETE FROM beats WHERE id = %(id)s;
 
--- demo_insert_schedule --
--- A demo schedule at second resolution, first due two seconds from now.
-INSERT INTO job_schedules (id, name, job_type, payload_template, kind, cron_expr, max_jitter_seconds, next_fire_at)
-VALUES (%(id)s, %(name)s, 'demo.hello', %(template)s, 'cron', %(cron)s, %(jitter)s,
-        date_trunc('second', now()) + interval '2 seconds')
-ON CONFLICT (name) DO NOTHING;
-
--- demo_record_run --
--- The demo task ran (called from the demo worker).
-INSERT INTO demo_runs (task_id, who, scheduled_for, worker) VALUES (%(task_id)s, %(who)s, %(scheduled_for)s, %(worker)s);
-
--- demo_progress --
--- Every fire with when it was sent and when and where it ran, in slot order.
-SELECT j.id::text AS id, j.schedule_name, j.scheduled_for, j.sent_at, r.at AS ran_at, r.worker
-  FROM jobs j LEFT JOIN demo_runs r ON r.task_id = j.id::text
- ORDER BY j.scheduled_for;
-
--- demo_unfinished --
--- Fires sent but not yet run (the demo waits for them before stopping the worker).
-SELECT count(*) AS n FROM jobs j LEFT JOIN demo_runs r ON r.task_id = j.id::text
- WHERE j.sent_at IS NOT NULL AND r.task_id IS NULL;
-
--- demo_summary --
--- Per schedule: fires recorded, sent, executed, and distinct slots.
-SELECT j.schedule_name, count(*) AS fires, count(j.sent_at) AS sent, count(r.task_id) AS executed,
-       count(DISTINCT j.scheduled_for) AS slots
-  FROM jobs j LEFT JOIN demo_runs r ON r.task_id = j.id::text
- GROUP BY 1 ORDER BY 1;
+-- metrics_gauges --
+-- The metrics gauges in one cheap statement (partial indexes): schedules due now, ledger rows waiting to be
+-- published, and quarantined schedules.
+SELECT (SELECT count(*) FROM job_schedules WHERE is_active AND next_fire_at <= statement_timestamp()) AS due,
+       (SELECT count(*) FROM jobs WHERE status = 'pending') AS pending,
+       (SELECT count(*) FROM schedule_faults WHERE quarantined_at IS NOT NULL) AS quarantined;
 
 -- listen_schedules --
 -- Wake on changes to schedules (the notify trigger of 0001) and on outbox work (backfill, trigger).
 LISTEN runledger_schedules;
+
+-- testing_claim_due_at --
+-- runledger_beat.testing.run_due: lock up to %(limit)s schedules due by %(at)s, as if the database clock read
+-- %(at)s (it is returned as db_now, which planning judges by); rows another session holds are skipped.
+SELECT s.id, s.name, s.job_type, s.organization_id, s.payload_template, s.kind,
+       s.cron_expr, s.cron_day_and, s.interval_seconds, s.run_at, s.anchor_at,
+       s.timezone, s.next_fire_at, s.max_jitter_seconds, s.options,
+       s.misfire_policy, s.misfire_grace_seconds, s.overlap_policy,
+       s.start_at, s.end_at,
+       %(at)s::timestamptz AS db_now
+  FROM job_schedules s
+ WHERE s.is_active AND s.next_fire_at <= %(at)s::timestamptz
+ ORDER BY s.next_fire_at
+ LIMIT %(limit)s
+   FOR UPDATE OF s SKIP LOCKED;
+
+-- testing_jobs --
+-- runledger_beat.testing.run_due: the ledger rows of these (schedule, slot) pairs, in slot order.
+SELECT j.* FROM jobs j
+  JOIN unnest(%(schedule_ids)b::uuid[], %(scheduled_fors)b::timestamptz[]) AS p(schedule_id, scheduled_for)
+    ON j.schedule_id = p.schedule_id AND j.scheduled_for = p.scheduled_for AND j.stage = 'scheduled'
+ ORDER BY j.scheduled_for, j.schedule_name, j.id;
