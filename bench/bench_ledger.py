@@ -99,7 +99,7 @@ def loop_round(rows: int) -> dict:
             began = time.perf_counter()
             pipeline.run_once()
             step = time.perf_counter() - began
-            pipeline.retention.join()
+            pipeline.housekeeping.wait_for_retention()
             gone = time.perf_counter() - began
         finally:
             pipeline.close()

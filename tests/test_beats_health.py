@@ -49,7 +49,7 @@ def test_a_beat_keeps_its_row_fresh_prunes_stale_ones_and_removes_its_own_at_clo
         rows = _beats(db)
         assert sorted(r["host"] for r in rows) == sorted(["quiet", socket.gethostname()])  # the stale one pruned
         mine = next(r for r in rows if r["pid"] == os.getpid())
-        assert mine["id"] == scheduler.pipeline.beat_id
+        assert mine["id"] == scheduler.pipeline.housekeeping.beat_id
         assert mine["version"] == runledger_beat.__version__ and mine["preparing"] is False
         first_tick = mine["last_tick_at"]
         scheduler.run_once()  # within the second: no write
@@ -69,7 +69,7 @@ def test_preparing_shows_a_beat_holding_an_instant(pg_dsn, schema, db):
         db.execute("INSERT INTO job_schedules (id, name, job_type, cron_expr, next_fire_at)"
                    " VALUES (gen_random_uuid(), 'soon', 'x', '0 0 1 1 *', now() + interval '2 seconds')")
         scheduler.run_once()  # the first step starts the retention drops; until they end fires are not prepared ahead
-        scheduler.pipeline.retention.join(10)
+        scheduler.pipeline.housekeeping.wait_for_retention(10)
         scheduler.run_once()
         assert scheduler.pipeline.prepared is not None
         assert wait_for(lambda: scheduler.run_once() is not None and db.execute(

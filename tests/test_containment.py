@@ -143,12 +143,12 @@ def test_a_fire_the_broker_keeps_refusing_is_dead_lettered_and_never_starves_oth
         db.execute("UPDATE jobs SET last_attempt_at = now() - interval '1 hour',"
                    " created_at = now() - interval '1 hour', scheduled_for = scheduled_for - interval '1 hour'")
         good = insert_schedule(db, "good", cron="0 0 1 1 *")
-        pipeline._next_sweep = 0
+        pipeline.sweep_soon()
         pipeline.run_once()
         (row,) = ledger(db, poison)
         assert row["status"] == "failed" and row["dispatch_attempts"] == 2 and row["finished_at"] is not None
         assert ledger(db, good)[0]["status"] == "sent"
-        pipeline._next_sweep = 0
+        pipeline.sweep_soon()
         pipeline.run_once()
         assert ledger(db, poison)[0]["dispatch_attempts"] == 2  # dead-lettered rows take no more of the sweep
     finally:
@@ -167,7 +167,7 @@ def test_sent_fires_past_their_expiry_resolve_so_overlap_skip_goes_on(db, pg_dsn
         pipeline.run_once()
         assert [r["status"] for r in ledger(db, sid)] == ["sent", "skipped"]
         db.execute("UPDATE jobs SET scheduled_for = scheduled_for - interval '5 seconds' WHERE status = 'sent'")
-        pipeline._next_sweep = 0
+        pipeline.sweep_soon()
         pipeline.run_once()  # the sweep: the message expired unconsumed
         db.execute("UPDATE job_schedules SET next_fire_at = now() WHERE id = %s", (sid,))
         pipeline.run_once()
@@ -187,11 +187,11 @@ def test_sent_fires_never_started_become_lost_only_where_a_worker_runs_the_hook(
         sid = insert_schedule(db, "unstarted", cron="0 0 1 1 *")
         pipeline.run_once()
         db.execute("UPDATE jobs SET sent_at = now() - interval '2 minutes'")
-        pipeline._next_sweep = 0
+        pipeline.sweep_soon()
         pipeline.run_once()
         assert ledger(db, sid)[0]["status"] == "sent"  # no worker reported the hook: nothing to conclude
         WorkerStore(db).worker_seen("w1/1", 1)
-        pipeline._next_sweep = 0
+        pipeline.sweep_soon()
         pipeline.run_once()
         assert ledger(db, sid)[0]["status"] == "lost"
     finally:

@@ -13,7 +13,8 @@ import pytest
 from psycopg import sql
 
 from runledger_beat import api
-from runledger_beat.db import STEP_MARKER, check_version, connect, drop_schema, migrate, migration_files, queries
+from runledger_beat.db import check_version, connect, drop_schema, migrate, migration_files, queries
+from runledger_beat.db.migrate import STEP_MARKER
 from runledger_beat.errors import ConfigError, ScheduleError
 
 from .e2e import count, delete_queue, prepare

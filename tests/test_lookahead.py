@@ -157,7 +157,7 @@ def test_a_second_beat_waits_for_the_instant_instead_of_spinning(db, pg_dsn, sch
     try:
         _run_until([one], lambda: one.pipeline.prepared is not None)
         two.run_once()  # its first step starts its retention drops: it looks again shortly until they end
-        two.pipeline.retention.join(10)
+        two.pipeline.housekeeping.wait_for_retention(10)
         wait = two.run_once()
         assert two.pipeline.prepared is None
         assert wait > 0.8  # sleeps until the instant the other beat holds, not a busy loop
@@ -210,19 +210,19 @@ def test_a_big_instant_is_prepared_as_long_before_it_as_its_fires_take(db, pg_ds
                "   FROM generate_series(1, 2000) AS g", (ONCE, instant))
     scheduler = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_lookahead=0.5, runledger_max_lookahead=20)
     pipeline = scheduler.pipeline
-    pipeline.prepare_rate = 400.0  # as if measured: 2,000 fires take 5 s, so the lead is 7.75 s
+    pipeline.preparer.prepare_rate = 400.0  # as if measured: 2,000 fires take 5 s, so the lead is 7.75 s
     sizes: list[tuple[float, int]] = []
     leads: list[float] = []
     try:
         def committed() -> bool:
-            leads.append(pipeline.lead)
+            leads.append(pipeline.preparer.lead)
             if pipeline.prepared is not None:
                 sizes.append((time.time(), len(pipeline.prepared.outgoing)))
             return count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 2000
 
         _run_until([scheduler], committed, timeout=30)
         assert max(leads) == pytest.approx(1.5 * 2000 / 400.0 + 0.25)
-        assert pipeline.prepare_rate != 400.0  # this instant's own preparation taught the rate
+        assert pipeline.preparer.prepare_rate != 400.0  # this instant's own preparation taught the rate
     finally:
         scheduler.close()
     began = min(at for at, _ in sizes)
@@ -238,7 +238,7 @@ def test_a_small_instant_keeps_the_plain_lookahead(db, pg_dsn, schema, amqp_url,
     scheduler = _scheduler(pg_dsn, schema, amqp_url, queue)
     try:
         _run_until([scheduler], lambda: scheduler.pipeline.prepared is not None)
-        assert scheduler.pipeline.lead == 2.0
+        assert scheduler.pipeline.preparer.lead == 2.0
     finally:
         scheduler.close()
 
@@ -266,7 +266,7 @@ def _queued_ids(broker: str, queue: str) -> list[str]:
 
 @pytest.mark.parametrize("road", ["parked", "parked on redis", "by id"])
 def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_dsn, schema, amqp_url, queue,
-                                                                        monkeypatch, request, road):
+                                                                        request, road):
     """Past MAX_PREPARED fires an instant's fires are still recorded ahead, but not kept in memory: on a
     fast path (RabbitMQ or Redis) they are parked on disk encoded; on Celery's path (a publish receiver
     connected) kept by id and read back after the commit. Either way every fire is published exactly once,
@@ -275,8 +275,6 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
 
     broker = request.getfixturevalue("redis_url") if road == "parked on redis" else amqp_url
 
-    from runledger_beat.beat import pipeline as pipeline_module
-
     traced: list[str] = []
 
     def receiver(sender=None, headers=None, **kwargs):
@@ -284,8 +282,6 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
 
     if road == "by id":
         signals.before_task_publish.connect(receiver)
-    monkeypatch.setattr(pipeline_module, "MAX_PREPARED", 100)
-    monkeypatch.setattr(pipeline_module, "SPILL_CHUNK", 70)  # several chunks, the last one short
     instant = _soon(db, 4.0)
     db.execute("INSERT INTO job_schedules (id, name, job_type, payload_template, cron_expr, next_fire_at)"
                " SELECT gen_random_uuid(), 'wide-' || g, 'rl.record', jsonb_build_object('args', jsonb_build_array(g),"
@@ -297,7 +293,7 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
                    " VALUES (gen_random_uuid(), %s, now() - interval '1 minute', 'rl.record', '{}', 'started', now())",
                    (sid,))
         busy.append(sid)
-    scheduler = _scheduler(pg_dsn, schema, broker, queue, runledger_lookahead=3.0)
+    scheduler = _shrunk(_scheduler(pg_dsn, schema, broker, queue, runledger_lookahead=3.0))
     pipeline = scheduler.pipeline
     seen: dict = {}
     try:
@@ -335,13 +331,17 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
     assert sorted(traced) == (sorted(ids) if road == "by id" else [])  # Celery's path: each publish signalled
 
 
-def _big_instant(db, monkeypatch, n: int = 300):
-    """``n`` one-off schedules due in 4 s, with beat's limits shrunk so the instant is committed 'pending',
-    parked, and published in several chunks; returns the instant."""
-    from runledger_beat.beat import pipeline as pipeline_module
+def _shrunk(scheduler: Scheduler) -> Scheduler:
+    """The scheduler with its limits shrunk: 100 fires kept in memory, the rest parked or kept by id and published
+    70 at a time (several chunks, the last one short)."""
+    scheduler.pipeline.preparer.max_prepared = 100
+    scheduler.pipeline.outbox.chunk = 70
+    return scheduler
 
-    monkeypatch.setattr(pipeline_module, "MAX_PREPARED", 100)
-    monkeypatch.setattr(pipeline_module, "SPILL_CHUNK", 70)
+
+def _big_instant(db, n: int = 300):
+    """``n`` one-off schedules due in 4 s (with a shrunk publisher: committed 'pending', parked, and published in
+    several chunks); returns the instant."""
     instant = _soon(db, 4.0)
     db.execute("INSERT INTO job_schedules (id, name, job_type, payload_template, cron_expr, next_fire_at)"
                " SELECT gen_random_uuid(), 'big-' || g, 'rl.record',"
@@ -358,7 +358,7 @@ def _sweep_past_the_grace(db, sweeper: Scheduler, instant, swept: list[int]) -> 
                                 (instant,)).fetchone()["past"], message="the instant past the grace")
     pending = count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'pending'")
     sweeper.pipeline.connect()
-    sweeper.pipeline._sweep()
+    sweeper.pipeline.housekeeping.sweep()
     swept.append(pending)
 
 
@@ -369,14 +369,13 @@ def _assert_each_fire_queued_once(db, amqp_url: str, queue: str, instant, n: int
     assert sorted(ids) == sorted(str(r["id"]) for r in rows)  # each fire published once
 
 
-def test_another_beats_sweep_leaves_a_big_instant_being_published_alone(db, pg_dsn, schema, amqp_url, queue,
-                                                                        monkeypatch):
+def test_another_beats_sweep_leaves_a_big_instant_being_published_alone(db, pg_dsn, schema, amqp_url, queue):
     """An instant bigger than beat holds is committed 'pending' and marked sent after its last chunk; a slow
     broker can keep it pending past runledger_recovery_grace. Another beat's recovery sweep in that window must
     not take its rows for abandoned and publish them a second time (seen: 3,705 duplicates of a 100k burst
     with three beats on a slow hour)."""
-    instant = _big_instant(db, monkeypatch)
-    publisher = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
+    instant = _big_instant(db)
+    publisher = _shrunk(_scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1))
     sweeper = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
     swept: list[int] = []
 
@@ -401,19 +400,19 @@ def test_a_sweep_in_progress_at_the_commit_only_delays_the_publishing_lock(db, p
     """A sweep in progress at a big instant's commit keeps the publishing lock for its transaction, so the
     publisher cannot take it then; it takes it before its next chunk, and a sweep past the grace after that still
     leaves the instant alone."""
-    instant = _big_instant(db, monkeypatch)
-    publisher = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
+    instant = _big_instant(db)
+    publisher = _shrunk(_scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1))
     sweeper = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_recovery_grace=1)
     in_progress = connect(pg_dsn, schema)  # an open transaction holding what a sweep's sweep_lock takes
     assert in_progress.execute(queries.sweep_lock).fetchone()["free"]
     chunks: list[bool] = []  # per chunk released: whether the publisher held the lock by then
     swept: list[int] = []
-    release = publisher.pipeline._release
+    release = publisher.pipeline.outbox.release
 
     def chunk_released(*args, **kwargs) -> None:
         if in_progress.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             in_progress.commit()  # the sweep in progress ends after the commit's try
-        chunks.append(publisher.pipeline._publishing_held)
+        chunks.append(publisher.pipeline.outbox.holds_publishing_lock)
         release(*args, **kwargs)
 
     def slow_broker() -> None:
@@ -421,7 +420,7 @@ def test_a_sweep_in_progress_at_the_commit_only_delays_the_publishing_lock(db, p
         if not swept and len(chunks) >= 2:
             _sweep_past_the_grace(db, sweeper, instant, swept)
 
-    monkeypatch.setattr(publisher.pipeline, "_release", chunk_released)
+    monkeypatch.setattr(publisher.pipeline.outbox, "release", chunk_released)
     publisher.pipeline.after_publish = slow_broker
     try:
         _run_until([publisher], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 300,

@@ -1,0 +1,34 @@
+"""An instant being prepared: the fires recorded in the still-open claim transaction, kept in memory, parked on
+disk encoded, or by id (spill.py), until the outbox commits and publishes them at their instant."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..publish.fires import Fire, Outgoing
+from .spill import PackedIds, SpillFile
+
+
+@dataclass
+class Prepared:
+    """Fires recorded in the still-open claim transaction; committed at the first one's instant."""
+
+    start: datetime          # the instant further claims of this transaction are cut to
+    commit_at: float         # local wall-clock time of the earliest fire
+    outgoing: list[Outgoing]
+    last: datetime           # the latest fire's instant
+    parked: SpillFile | None = None  # fires past max_prepared, encoded, on disk (a fast path: RabbitMQ or Redis)
+    spilled: PackedIds = field(default_factory=PackedIds)  # fires past max_prepared by id (the other roads)
+    overlap: list[Fire] = field(default_factory=list)  # fires (held or spilled) an overlap policy may hold back
+    spilled_range: tuple[datetime, datetime] | None = None    # the instants of those kept by id
+
+    @property
+    def size(self) -> int:
+        """Fires recorded in the transaction."""
+        return len(self.outgoing) + len(self.spilled) + (len(self.parked) if self.parked else 0)
+
+    def discard(self) -> None:
+        """Let go of what is parked on disk (the transaction rolled back)."""
+        if self.parked is not None:
+            self.parked.close()
