@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-log = logging.getLogger("runledger_beat.backoff")
+log = logging.getLogger(__name__)
 
 
 class Backoff:

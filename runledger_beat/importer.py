@@ -28,7 +28,7 @@ from .errors import ScheduleError
 from .spec import ScheduleSpec
 from .timing.limits import OPTION_KEYS
 
-log = logging.getLogger("runledger_beat.importer")
+log = logging.getLogger(__name__)
 
 #: Entry options that set a schedule field rather than a publish option, e.g. ``options={"overlap": "buffer_one"}``.
 SCHEDULE_OPTIONS = ("overlap", "overlap_terminate", "skip_dates", "calendar")

@@ -4,7 +4,7 @@
 
     rows = run_due(app, dsn, datetime(2026, 3, 29, 23, 0, tzinfo=timezone.utc))
 
-The pass is beat's own (materialize.py: the time engine, jitter, misfire and
+The pass is beat's own (beat/claim.py: the time engine, jitter, misfire and
 overlap policies, the ledger rows, the cursor moves), judged as if the database
 clock read ``at``: every active schedule whose cursor is at or before ``at`` is
 claimed and planned with "now" = ``at``. Its fires are then handed to Celery
@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from .api import public_job
-from .beat.claim import materialize_claimed, skip_overlapping
+from .beat.claim import record_claimed, skip_overlapping
 from .db.beat_store import BeatStore
 from .db.connect import DEFAULT_SCHEMA, connect
 from .payload import task_arguments
@@ -48,7 +48,7 @@ def run_due(app: Any, dsn: str, at: datetime, schema: str = DEFAULT_SCHEMA) -> l
         with conn.transaction():
             store.mark_internal()
             claimed = store.claim_due_at(at, MAX_SCHEDULES)
-            result = materialize_claimed(store, claimed)
+            result = record_claimed(store, claimed)
             skipped = skip_overlapping(store, result.fires)
         fires = [f for f in result.fires if f.id not in skipped]
         conn.autocommit = True

@@ -37,7 +37,7 @@ from .db.worker_store import WorkerStore
 from .payload import LEDGER_HEADER
 from .settings import dsn_from
 
-log = logging.getLogger("runledger_beat.worker")
+log = logging.getLogger(__name__)
 
 ERROR_LIMIT = 1000
 #: Seconds between a worker process's reports that it runs the hook (runledger.workers).

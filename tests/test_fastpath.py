@@ -13,7 +13,7 @@ import pytest
 from celery import Celery, signals
 from kombu import Connection, Exchange, Queue
 
-from runledger_beat.publish import amqp as fastpath
+from runledger_beat.publish import amqp
 from runledger_beat.publish.dispatcher import Dispatcher
 from runledger_beat.publish.fires import Fire, Outgoing
 
@@ -109,13 +109,13 @@ def test_fast_path_writes_exactly_what_celery_sends(amqp_url, queues):
 
 def test_retarget_readdresses_every_frame():
     app = Celery("retarget", broker="memory://")
-    encoder = fastpath.Encoder(app)
+    encoder = amqp.Encoder(app)
     big = _fire("big", payload={"args": ["x" * 5000], "kwargs": {}})  # body split over several frames
     on_one, _ = encoder.encode(big, 1, 4096)
     on_nine, _ = encoder.encode(big, 9, 4096)
     assert on_one != on_nine
-    assert fastpath.retarget(on_one, 9) == on_nine
-    assert fastpath.retarget(on_nine, 1) == on_one
+    assert amqp.retarget(on_one, 9) == on_nine
+    assert amqp.retarget(on_nine, 1) == on_one
 
 
 def test_nacked_fires_fail_alone(amqp_url, queues):
@@ -140,7 +140,7 @@ def test_a_slow_broker_that_keeps_confirming_is_not_taken_for_gone(amqp_url, que
     messages over longer than it, confirms coming all along, keeps its connection, and no fire goes twice."""
     main, _ = queues
     patience = 1.5
-    monkeypatch.setattr(fastpath, "CONFIRM_TIMEOUT", patience)
+    monkeypatch.setattr(amqp, "CONFIRM_TIMEOUT", patience)
     url = urlsplit(amqp_url)
     proxy = Throttle((url.hostname, url.port or 5672), rate=300_000)
     app = _app(urlunsplit(url._replace(netloc=f"{url.netloc.rsplit('@', 1)[0]}@127.0.0.1:{proxy.port}")), main)
@@ -230,7 +230,7 @@ def test_celerys_path_on_rabbitmq_fires_the_signals_at_each_write(amqp_url, queu
     stock = Dispatcher(app, fast=False)
 
     def written() -> int:  # messages this dispatcher's confirm channel has written so far
-        return dispatcher._fast.next_tag - 1 if dispatcher._fast is not None else 0
+        return dispatcher.link.channel.next_tag - 1 if dispatcher.link.channel is not None else 0
 
     def before(sender=None, headers=None, **kwargs):
         headers["x-span"] = "span-" + headers["id"]
@@ -242,7 +242,7 @@ def test_celerys_path_on_rabbitmq_fires_the_signals_at_each_write(amqp_url, queu
     signals.before_task_publish.connect(before)
     signals.after_task_publish.connect(after)
     try:
-        assert dispatcher.road() == "celery-amqp" and not dispatcher.fast_path()
+        assert dispatcher.publisher() == "celery-amqp" and not dispatcher.fast_path()
         prepared = dispatcher.prepare(fires)
         assert all(o.built is not None and o.frames is None for o in prepared) and events == []
         result = _publish(dispatcher, prepared)
@@ -287,11 +287,11 @@ def test_celerys_own_producer_counts_a_fire_sent_once_confirmed_and_sends_its_se
     fires = [_fire(f"evented-{i}") for i in range(30)]
     dispatcher = Dispatcher(app, send_sent_events=True)
     try:
-        assert dispatcher.road() == "celery"
+        assert dispatcher.publisher() == "celery"
         dispatcher.send(dispatcher.prepare(fires))
         assert dispatcher.in_flight() == 0  # every confirm read before send returned
         result = dispatcher.collect(wait=True)
-        written = dispatcher._fast.next_tag - 1
+        written = dispatcher.link.channel.next_tag - 1
     finally:
         dispatcher.close()
     assert sorted(result.sent) == sorted(f.id for f in fires) and not result.failed and result.error is None

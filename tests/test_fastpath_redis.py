@@ -81,10 +81,10 @@ def test_the_redis_fast_path_writes_what_kombu_writes(redis_url, queues):
     app = _app(redis_url, main)
     fast, stock = Dispatcher(app, fast=True), Dispatcher(app, fast=False)
     try:
-        assert fast.road() == "redis" and stock.road() == "celery"
+        assert fast.publisher() == "redis" and stock.publisher() == "celery"
         prepared = fast.prepare(fires)
         assert all(o.pushes for o in prepared)  # built and encoded ahead of the instant
-        kinds = fast._redis_road()._kinds.values()
+        kinds = fast._redis_publisher()._kinds.values()
         assert any(k.template is not None and k.checked >= VERIFY_FIRES for k in kinds)
         result = _publish(fast, prepared)
         assert sorted(result.sent) == sorted(f.id for f in fires) and not result.failed

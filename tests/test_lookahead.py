@@ -300,7 +300,7 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
         def recorded() -> bool:
             prepared = pipeline.prepared
             if prepared is not None:
-                seen.update(size=prepared.size, held=len(prepared.outgoing), by_id=len(prepared.spilled),
+                seen.update(size=prepared.size, held=len(prepared.outgoing), by_id=len(prepared.by_id),
                             parked=len(prepared.parked) if prepared.parked else 0,
                             overlap_out=len(prepared.overlap), at=time.time())
             return prepared is not None and prepared.size == 400
@@ -310,7 +310,7 @@ def test_an_instant_bigger_than_beat_holds_is_published_once_in_chunks(db, pg_ds
         assert seen["held"] == 100 and seen["overlap_out"] == 20  # 300 out of memory; the 20 'skip' ones picked out
         assert (seen["parked"], seen["by_id"]) == ((0, 300) if road == "by id" else (300, 0))
         expected_road = {"parked": "amqp", "parked on redis": "redis"}.get(road, "celery-amqp")
-        assert scheduler.pipeline.dispatcher.road() == expected_road
+        assert scheduler.pipeline.dispatcher.publisher() == expected_road
         _run_until([scheduler], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE scheduled_for = %s"
                                                   " AND status IN ('sent', 'skipped')", instant) == 400, timeout=15)
     finally:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from runledger_beat.beat.claim import ClaimedScheduleMissing, claim_due, materialize_claimed, run_pass
+from runledger_beat.beat.claim import ClaimedScheduleMissing, claim_due, record_claimed, run_pass
 from runledger_beat.db import connect
 from runledger_beat.db.beat_store import BeatStore
 
@@ -89,7 +89,7 @@ def test_claimed_row_deleted_mid_batch_rolls_the_batch_back(db, tx):
         rows = claim_due(tx, 100)
         assert len(rows) == 2
         tx.conn.execute("DELETE FROM job_schedules WHERE id = %s", (b,))
-        materialize_claimed(tx, rows)
+        record_claimed(tx, rows)
     assert caught.value.schedule_id == b
     assert ledger(db) == []
     assert db.execute("SELECT count(*) AS n FROM job_schedules").fetchone()["n"] == 2

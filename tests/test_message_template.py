@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from celery import Celery
 from kombu.serialization import register
 
-from runledger_beat.publish import amqp as fastpath
+from runledger_beat.publish import amqp
 from runledger_beat.publish.fires import Fire
 from runledger_beat.publish.templates import VERIFY_FIRES
 
@@ -35,7 +35,7 @@ def _fire(i: int, options: dict | None = None, payload: object = None, task: str
 
 def _celerys(app: Celery, fires: list[Fire], frame_max: int) -> list[bytes]:
     """Each fire's frames with Celery building every message (no template)."""
-    stock = fastpath.Encoder(app)
+    stock = amqp.Encoder(app)
     return [stock._by_celery(f, 3, frame_max, None, None)[0] for f in fires]
 
 
@@ -50,7 +50,7 @@ def test_templated_frames_are_celerys_bytes_for_every_fire_of_a_kind():
         [_fire(i, payload=[i, "bare"]) for i in range(30)],
         [_fire(i, payload={"args": ["y" * (3000 + i)], "kwargs": {}}) for i in range(30)],  # bodies over a frame
     ]
-    encoder = fastpath.Encoder(app)
+    encoder = amqp.Encoder(app)
     for fires in kinds:
         assert [encoder.encode(f, 3, 4096)[0] for f in fires] == _celerys(app, fires, 4096)
     assert len(encoder._kinds) == 5  # the wrapped and the custom-_schedule payloads share the plain one's kind
@@ -59,7 +59,7 @@ def test_templated_frames_are_celerys_bytes_for_every_fire_of_a_kind():
 
 def test_kinds_that_depend_on_the_moment_are_always_built_by_celery():
     for app, options in ((_app(), {"expires": 30}), (_app(task_compression="zlib"), {})):
-        encoder = fastpath.Encoder(app)
+        encoder = amqp.Encoder(app)
         fires = [_fire(i, options) for i in range(5)]
         assert [encoder.encode(f, 3, 131072)[0] for f in fires] == _celerys(app, fires, 131072)
         assert [k.template for k in encoder._kinds.values()] == [None]
@@ -76,7 +76,7 @@ def test_a_template_that_disagrees_with_celery_is_dropped_for_good():
 
     register("stamped", stamped, json.loads, content_type="application/x-stamped", content_encoding="utf-8")
     app = _app(task_serializer="stamped")
-    encoder = fastpath.Encoder(app)
+    encoder = amqp.Encoder(app)
     fires = [_fire(i) for i in range(6)]
     for fire in fires:
         frames, _ = encoder.encode(fire, 3, 131072)

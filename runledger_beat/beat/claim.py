@@ -32,7 +32,7 @@ from ..timing.engine import Advance, advance
 from ..timing.limits import INSTANT_COLUMNS
 from ..timing.rows import timing_from_row
 
-log = logging.getLogger("runledger_beat.materialize")
+log = logging.getLogger(__name__)
 
 FAILED_SCHEDULE_RETRY_DELAY_SECONDS = 30
 #: Fires less than this many seconds after the first cursor share its transaction.
@@ -173,7 +173,7 @@ def _defer(store: BeatStore, row: dict[str, Any], error: BaseException, policy: 
                     row["id"], text, fault["failures"], fault["retry_at"])
 
 
-def materialize_claimed(store: BeatStore, rows: list[dict[str, Any]],
+def record_claimed(store: BeatStore, rows: list[dict[str, Any]],
                         policy: FaultPolicy = FaultPolicy()) -> PassResult:
     """Record fires and advance cursors for rows claimed in this transaction."""
     result = PassResult(claimed=len(rows), db_now=rows[0]["db_now"] if rows else None)
@@ -269,7 +269,7 @@ def record_pass(store: BeatStore, batch_size: int, lookahead: float = 0.0, group
     """Claim a batch and record its fires in the caller's open transaction (no commit)."""
     offset = clock_offset(store)
     rows = store.claim_due(batch_size, lookahead, group_start, GROUP_WINDOW_SECONDS)
-    result = materialize_claimed(store, rows, policy)
+    result = record_claimed(store, rows, policy)
     result.clock_offset = offset
     return result
 

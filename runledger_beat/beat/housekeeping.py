@@ -27,7 +27,7 @@ from .connections import BeatConnections
 from .outbox import Outbox
 from .retention import LEDGER_EVERY, LEDGER_RETRY, RetentionDrops, log_partitions
 
-log = logging.getLogger("runledger_beat.pipeline")
+log = logging.getLogger(__name__)
 
 #: Ledger rows the recovery sweep republishes per pass.
 SWEEP_LIMIT = 1000

@@ -1,5 +1,5 @@
 """An instant being prepared: the fires recorded in the still-open claim transaction, kept in memory, parked on
-disk encoded, or by id (spill.py), until the outbox commits and publishes them at their instant."""
+disk encoded, or by id (overflow.py), until the outbox commits and publishes them at their instant."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..publish.fires import Fire, Outgoing
-from .spill import PackedIds, SpillFile
+from .overflow import PackedIds, ParkedFires
 
 
 @dataclass
@@ -18,15 +18,15 @@ class Prepared:
     commit_at: float         # local wall-clock time of the earliest fire
     outgoing: list[Outgoing]
     last: datetime           # the latest fire's instant
-    parked: SpillFile | None = None  # fires past max_prepared, encoded, on disk (a fast path: RabbitMQ or Redis)
-    spilled: PackedIds = field(default_factory=PackedIds)  # fires past max_prepared by id (the other roads)
-    overlap: list[Fire] = field(default_factory=list)  # fires (held or spilled) an overlap policy may hold back
-    spilled_range: tuple[datetime, datetime] | None = None    # the instants of those kept by id
+    parked: ParkedFires | None = None  # fires past max_prepared, encoded, on disk (a fast path: RabbitMQ or Redis)
+    by_id: PackedIds = field(default_factory=PackedIds)  # fires past max_prepared by id (the other publishers)
+    overlap: list[Fire] = field(default_factory=list)  # fires (in memory or not) an overlap policy may hold back
+    by_id_range: tuple[datetime, datetime] | None = None    # the instants of those kept by id
 
     @property
     def size(self) -> int:
         """Fires recorded in the transaction."""
-        return len(self.outgoing) + len(self.spilled) + (len(self.parked) if self.parked else 0)
+        return len(self.outgoing) + len(self.by_id) + (len(self.parked) if self.parked else 0)
 
     def discard(self) -> None:
         """Let go of what is parked on disk (the transaction rolled back)."""

@@ -19,7 +19,7 @@ from ..db.redaction import safe_error
 from ..db.store import OUTBOX_PAYLOAD
 from ..settings import Settings
 
-log = logging.getLogger("runledger_beat.listener")
+log = logging.getLogger(__name__)
 
 #: Seconds between attempts to reopen a lost LISTEN connection.
 REOPEN_INTERVAL = 5.0

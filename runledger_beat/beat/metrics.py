@@ -14,7 +14,7 @@ Metrics:
 - ``runledger_fires_total{outcome}``: fires by outcome: ``sent`` (the broker
   confirmed), ``skipped`` (misfire or overlap policy), ``failed`` (a publish
   failed; the fire stays pending and is retried), ``deferred`` (a schedule that
-  could not be materialized was pushed out).
+  could not be planned or recorded was pushed out).
 - ``runledger_fire_lag_seconds``: histogram of scheduled_for to broker confirm,
   on the database clock.
 - ``runledger_publish_failures_total``: failed publish attempts (one per
@@ -31,7 +31,7 @@ import contextlib
 import logging
 from typing import Any
 
-log = logging.getLogger("runledger_beat.metrics")
+log = logging.getLogger(__name__)
 
 #: Seconds between refreshes of the gauges read from the database.
 GAUGE_REFRESH = 5.0

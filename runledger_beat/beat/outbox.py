@@ -34,9 +34,9 @@ from .claim import cancel_overlapped, skip_overlapping
 from .connections import BeatConnections, DatabaseClock
 from .instant import Prepared
 from .metrics import NoMetrics
-from .spill import PackedIds, is_parked
+from .overflow import PackedIds, is_parked
 
-log = logging.getLogger("runledger_beat.pipeline")
+log = logging.getLogger(__name__)
 
 #: Fires a beat keeps in memory to republish itself after a broker outage.
 MAX_BACKLOG = 100_000
@@ -66,7 +66,7 @@ class Outbox:
         self.backlog: dict[Any, Fire] = {}   # stopped by a broker outage, published again when it answers
         self._held_seq = 0
         self._to_mark = PackedIds()  # confirmed fires whose mark waits for the rest of their burst (settle)
-        self._holding_marks = False  # an instant bigger than beat holds is being published (_publish_spilled)
+        self._holding_marks = False  # an instant bigger than beat holds is being published (_publish_overflow)
         self._publishing_held = False  # meanwhile, whether this beat holds the publishing lock (hold_publishing)
         self._instants: dict[Any, datetime | None] = {}  # fire id -> scheduled_for while in flight (lag metric)
 
@@ -112,12 +112,12 @@ class Outbox:
             log.info("runledger: held back %d fire(s) (skipped or buffered): previous run still queued or running",
                      len(skipped))
         outgoing, prepared.outgoing = prepared.outgoing, []  # each fire is let go once confirmed
-        if prepared.parked is not None or prepared.spilled:
-            self._publish_spilled(prepared, outgoing, skipped)
+        if prepared.parked is not None or prepared.by_id:
+            self._publish_overflow(prepared, outgoing, skipped)
         else:
             self.release(outgoing, skipped, prepared.last)
 
-    def _publish_spilled(self, prepared: Prepared, outgoing: list[Outgoing], skipped: set[uuid.UUID]) -> None:
+    def _publish_overflow(self, prepared: Prepared, outgoing: list[Outgoing], skipped: set[uuid.UUID]) -> None:
         """Publish the committed fires of an instant bigger than beat holds, a chunk at a time: those in memory
         (``outgoing``, emptied as it goes), the parked ones as they were encoded, then those kept by id, read
         back and built (the broker taking one chunk while the next is read). Those an overlap policy held back
@@ -138,7 +138,7 @@ class Outbox:
                         for chunk in parked.chunks(self.chunk):
                             self._hold_publishing()
                             self.release(chunk, skipped, prepared.last)
-                if prepared.spilled:
+                if prepared.by_id:
                     self._read_back(prepared)
             self.settle(wait=True)
 
@@ -176,9 +176,9 @@ class Outbox:
     def _read_back(self, prepared: Prepared) -> None:
         """Each chunk is read on the claims connection (idle between transactions now) by a helper thread while
         this one builds and writes the chunk before it."""
-        ids = prepared.spilled
-        assert prepared.spilled_range is not None
-        first, last = prepared.spilled_range
+        ids = prepared.by_id
+        assert prepared.by_id_range is not None
+        first, last = prepared.by_id_range
         claims = self.connections.claims
         step = self.chunk
 
@@ -186,7 +186,7 @@ class Outbox:
             try:
                 return [Fire(fid, sid, name, job_type, payload, options or {}, at)
                         for fid, sid, name, job_type, payload, options, at
-                        in claims.read_spilled(ids.slice(start, start + step), first, last)]
+                        in claims.read_kept_by_id(ids.slice(start, start + step), first, last)]
             finally:
                 claims.conn.rollback()  # end the read's transaction
 
@@ -271,7 +271,7 @@ class Outbox:
         While fires are still in flight the marks wait (without ``wait``): the UPDATEs would take the
         database's share of the machine from the broker mid-burst. They are made once nothing is in flight,
         at the latest at the next settle that waits (every pass of the loop ends with one); while an instant
-        bigger than beat holds goes out, after its last chunk (``_publish_spilled``).
+        bigger than beat holds goes out, after its last chunk (``_publish_overflow``).
         """
         result = self.dispatcher.collect(wait, timeout)
         if result.sent:

@@ -35,7 +35,7 @@ from .instant import Prepared
 from .outbox import Outbox
 from .preparing import Preparer
 
-log = logging.getLogger("runledger_beat.pipeline")
+log = logging.getLogger(__name__)
 
 #: Waking a hair after an instant avoids a spin when clocks round down.
 WAKE_MARGIN = 0.002

@@ -4,7 +4,7 @@ open until it.
 Up to ``runledger_lookahead`` before an instant (stretched for a big one to the time its fires take to prepare at
 this beat's measured rate) one beat at a time (a transaction-scoped advisory lock) claims the schedules due then,
 records their ledger rows and advances their cursors on the claims connection without committing, and has their
-messages built (the first ``max_prepared`` kept in memory, the rest parked on disk or kept by id: spill.py). At
+messages built (the first ``max_prepared`` kept in memory, the rest parked on disk or kept by id: overflow.py). At
 the instant the outbox commits and publishes them. Rows already due are claimed by every beat and committed at once.
 """
 
@@ -21,14 +21,14 @@ from .connections import IDLE_MARGIN, BeatConnections, DatabaseClock
 from .instant import Prepared
 from .metrics import NoMetrics
 from .outbox import Outbox
-from .spill import SpillFile
+from .overflow import ParkedFires
 
 #: Passes run back to back in one call while batches come back full.
 MAX_PASSES_PER_RUN = 100
 #: Fires recorded ahead whose messages are built and kept in memory, at most (bounds memory: about 2.5 kB each).
 MAX_PREPARED = 10_000
 #: Fires recorded ahead in one open transaction, at most. Those past MAX_PREPARED are parked on disk encoded, or
-#: kept by id and read back after the commit (spill.py), and published a chunk at a time.
+#: kept by id and read back after the commit (overflow.py), and published a chunk at a time.
 MAX_AHEAD = 500_000
 #: Fires prepared per second assumed until this beat has measured its own rate (a slow machine's; on the low side).
 INITIAL_PREPARE_RATE = 1500.0
@@ -164,7 +164,7 @@ class Preparer:
             self.prepare_rate = 0.5 * self.prepare_rate + 0.5 * fires / seconds
 
     def _add(self, fires: list[Fire]) -> None:
-        """Keep fires recorded ahead: built, up to max_prepared; past that parked or by id (spill.py)."""
+        """Keep fires recorded ahead: built, up to max_prepared; past that parked or by id (overflow.py)."""
         room = max(0, self.max_prepared - (len(self.prepared.outgoing) if self.prepared is not None else 0))
         outgoing = self.dispatcher.prepare(fires[:room], encode=not self.outbox.broker_backoff.failing)
         instants = [f.scheduled_for for f in fires if f.scheduled_for is not None]
@@ -179,24 +179,24 @@ class Preparer:
         self.prepared.overlap += [f for f in fires if f.overlap_skip or f.overlap_policy != "allow"]
         rest = fires[room:]
         if rest:
-            self._spill(self.prepared, rest)
+            self._overflow(self.prepared, rest)
 
-    def _spill(self, prepared: Prepared, fires: list[Fire]) -> None:
-        """Park the fires encoded on a fast path; keep the others (any road) by id."""
+    def _overflow(self, prepared: Prepared, fires: list[Fire]) -> None:
+        """Park the fires encoded on a fast path; keep the others (any publisher) by id."""
         by_id = fires
-        if not self.outbox.broker_backoff.failing and self.dispatcher.road() in ("amqp", "redis"):
+        if not self.outbox.broker_backoff.failing and self.dispatcher.publisher() in ("amqp", "redis"):
             by_id = []
             for item in self.dispatcher.prepare(fires):
                 if item.frames is None and not item.pushes:
                     by_id.append(item.fire)  # its message could not be built now: tried again after the commit
                     continue
                 if prepared.parked is None:
-                    prepared.parked = SpillFile()
+                    prepared.parked = ParkedFires()
                 prepared.parked.add(item)
         if not by_id:
             return
         for fire in by_id:
-            prepared.spilled.add(fire.id)
+            prepared.by_id.add(fire.id)
         low, high = min(f.scheduled_for for f in by_id), max(f.scheduled_for for f in by_id)
-        known = prepared.spilled_range
-        prepared.spilled_range = (min(low, known[0]), max(high, known[1])) if known else (low, high)
+        known = prepared.by_id_range
+        prepared.by_id_range = (min(low, known[0]), max(high, known[1])) if known else (low, high)

@@ -26,7 +26,7 @@ from ..db.connect import connect
 from ..db.redaction import safe_error
 from ..settings import Settings
 
-log = logging.getLogger("runledger_beat.pipeline")
+log = logging.getLogger(__name__)
 
 #: Seconds before the ledger's maintenance runs again (the loop's partitions ahead, this thread's drops): after
 #: it ran, and after a lock was busy or the call failed.

@@ -24,7 +24,7 @@ from ..settings import Settings, dsn_from, load
 from .listener import ChangeListener
 from .pipeline import FirePipeline
 
-log = logging.getLogger("runledger_beat.scheduler")
+log = logging.getLogger(__name__)
 
 
 class Scheduler(beat.Scheduler):

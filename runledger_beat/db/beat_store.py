@@ -119,11 +119,12 @@ class BeatStore(Store):
         """Lock ledger rows left unpublished past the grace (manual triggers at once), for one sweeper."""
         return self._all(queries.claim_pending_jobs, {"grace": grace, "limit": limit})
 
-    def read_spilled(self, fire_ids: Sequence[uuid.UUID], first: datetime, last: datetime) -> list[tuple]:
+    def read_kept_by_id(self, fire_ids: Sequence[uuid.UUID], first: datetime, last: datetime) -> list[tuple]:
         """Committed fires still pending, by id, scheduled between ``first`` and ``last`` (see the pipeline), as
         tuples in ``Fire``'s field order: read back by the thousand, a row as a dict costs more than its fire."""
         with self.conn.cursor(row_factory=tuple_row) as cur:
-            return cur.execute(queries.read_spilled, {"ids": list(fire_ids), "first": first, "last": last}).fetchall()
+            params = {"ids": list(fire_ids), "first": first, "last": last}
+            return cur.execute(queries.read_kept_by_id, params).fetchall()
 
     def resolve_stale_sent(self, lost_after: float) -> list[dict]:
         """Sent fires past their expiry become expired, those never started (when a hooked worker runs) lost."""

@@ -1,6 +1,6 @@
 """The fast path to Redis: stock Celery messages, built ahead, pushed in pipelines.
 
-``RedisRoad.encode`` runs Celery's own ``send_task_message`` (through
+``RedisPublisher.encode`` runs Celery's own ``send_task_message`` (through
 ``messages.send_fire``) on a producer whose channel captures the message
 instead of publishing it, then does what kombu's Redis transport would do at
 publish — the same ``_inplace_augment_message``, routing lookup, priority queue
@@ -59,7 +59,7 @@ class _CaptureChannel:
         self.captured = (message, exchange, routing_key)
 
 
-class RedisRoad:
+class RedisPublisher:
     """Encodes fires into LPUSH commands ahead of their instant and pushes them in pipelines."""
 
     def __init__(self, app: Any, kombu_conn: Any) -> None:

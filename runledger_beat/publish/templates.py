@@ -8,16 +8,16 @@ bytes py-amqp wrote for a fire Celery built in full, and encodes only those
 places per fire: about a fifth of the cost of running ``send_task_message``
 and py-amqp's header-table encoder per fire.
 
-Templates are checked, never trusted: ``fastpath.Encoder`` builds the first
+Templates are checked, never trusted: ``amqp.Encoder`` builds the first
 fires of each kind both ways and keeps the template only when the bytes are
 identical; a kind whose message depends on the fire elsewhere (an ``expires``
 counted from the instant, compression, another protocol, a serializer that
 does not round-trip) fails that check and is always built by Celery. ``Kinds``
-keeps that book for both roads.
+keeps that book for both fast paths.
 
 ``RedisTemplate`` does the same for kombu's Redis transport, whose message is a
 JSON document: the captured dict with the per-fire places replaced, dumped as
-the transport dumps it (``fastpath_redis.RedisRoad`` checks it the same way).
+the transport dumps it (``redis_publisher.RedisPublisher`` checks it the same way).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def kind_of(fire: Any, channel_id: int, frame_max: int) -> tuple:
 
 class Kind:
     """One kind of fire: its template (None: Celery builds every one), how many fires Celery's own bytes
-    confirmed it, and what else the road keeps for the kind (the entities its messages need declared)."""
+    confirmed it, and what else the publisher keeps for the kind (the entities its messages need declared)."""
 
     __slots__ = ("template", "checked", "declare")
 
@@ -79,7 +79,7 @@ class Kind:
 
 
 class Kinds(dict):
-    """The kinds a road has met (``kind_of`` key -> ``Kind``), for both fast paths: a template is used
+    """The kinds a publisher has met (``kind_of`` key -> ``Kind``), for both fast paths: a template is used
     once VERIFY_FIRES fires built by Celery matched it; one that cannot be made, or missed once, leaves
     its kind to Celery for good."""
 

@@ -128,7 +128,7 @@ class Timing:
 
 @dataclass(frozen=True)
 class Advance:
-    """Outcome of a due cursor: materialize the slot now? and the next cursor (None = finished)."""
+    """Outcome of a due cursor: record a fire for the slot now? and the next cursor (None = finished)."""
 
     fire: bool
     next_fire_at: datetime | None

@@ -243,7 +243,7 @@ SELECT id, job_type, payload, options, schedule_id, schedule_name, scheduled_for
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
--- read_spilled --
+-- read_kept_by_id --
 -- Fires a beat recorded ahead of their instant without keeping them in memory (an instant bigger than it holds),
 -- read back once their transaction committed. Those an overlap policy held back at the commit are no longer
 -- pending. The instant's range keeps the id lookups to its day's partition. Empty options come back as NULL:

@@ -6,7 +6,7 @@ import os
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from runledger_beat.beat.spill import SpillFile, is_parked
+from runledger_beat.beat.overflow import ParkedFires, is_parked
 from runledger_beat.publish.fires import Fire, Outgoing
 
 AT = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
@@ -18,7 +18,7 @@ def test_parked_fires_come_back_in_order_with_their_frames_instants_and_entities
                            AT + timedelta(milliseconds=10 * (i % 3))),
                       frames=os.urandom(1 + i * 37 % 900), channel_id=1 + i % 2, declare=entities[i % 2])
              for i in range(25)]
-    spill = SpillFile()
+    spill = ParkedFires()
     try:
         for item in items:
             spill.add(item)
@@ -41,7 +41,7 @@ def test_parked_redis_commands_come_back_with_their_lists():
                       pushes=tuple((queue, f'{{"n": {i}, "text": "{"é" * i}"}}') for queue in
                                    (("celery",) if i % 2 else ("a", "b\x06\x169"))))
              for i in range(7)]
-    spill = SpillFile()
+    spill = ParkedFires()
     try:
         for item in items:
             spill.add(item)

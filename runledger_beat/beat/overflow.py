@@ -4,7 +4,7 @@ An instant of 100,000 fires is recorded ahead in one open transaction, but a
 beat keeps only the first ``MAX_PREPARED`` of them in memory (pipeline.py).
 The others take one of two forms:
 
-* ``SpillFile``: on a fast path a fire's message is encoded ahead like any
+* ``ParkedFires``: on a fast path a fire's message is encoded ahead like any
   other (AMQP frames on RabbitMQ, the JSON text LPUSHed on Redis), then written
   to an unlinked temporary file, with its id, instant, size, channel and route
   (entities to declare, or Redis lists) in compact arrays (about 40 bytes a
@@ -12,8 +12,8 @@ The others take one of two forms:
   the broker as they are: no Python work per fire beyond the bookkeeping, so
   the burst runs at the broker's pace while beat's memory stays flat (the
   messages sit in the page cache, not in beat).
-* ids only (16 bytes a fire) on every other road, read back from the ledger
-  after the commit (``Store.read_spilled``) and built then.
+* ids only (16 bytes a fire) on every other publisher, read back from the ledger
+  after the commit (``Store.read_kept_by_id``) and built then.
 
 A parked fire carries no payload: should its publish fail, it is left pending in
 the ledger, where the recovery sweep finds it, instead of in beat's backlog.
@@ -41,7 +41,7 @@ PARKED = Parked()
 
 
 def is_parked(fire: Fire) -> bool:
-    """Whether ``fire`` came out of a SpillFile (no payload to rebuild its message from)."""
+    """Whether ``fire`` came out of a ParkedFires (no payload to rebuild its message from)."""
     return fire.payload is PARKED
 
 
@@ -91,11 +91,11 @@ def _checked_uuid_of_int() -> Callable[[int], uuid.UUID]:
 _uuid_of_int = _checked_uuid_of_int()
 
 
-class SpillFile:
+class ParkedFires:
     """Encoded fires on disk, in the order they were added; see the module docstring."""
 
     def __init__(self) -> None:
-        self._file = tempfile.TemporaryFile(prefix="runledger-spill-")  # noqa: SIM115 (lives until close())
+        self._file = tempfile.TemporaryFile(prefix="runledger-parked-")  # noqa: SIM115 (lives until close())
         self._ids = PackedIds()
         self._sizes = array("I")
         self._instants = array("d")
