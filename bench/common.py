@@ -22,11 +22,11 @@ from typing import Any
 
 import psycopg
 from kombu import Connection
-from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runledger_beat import db  # noqa: E402
 from runledger_beat.db import connect, migrate  # noqa: E402
 
 DSN = os.environ.get("RUNLEDGER_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -57,7 +57,7 @@ def fresh_schema() -> str:
 
 def drop_schema(name: str) -> None:
     with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        db.drop_schema(conn, name)
 
 
 def insert_schedules(db: psycopg.Connection, n: int, next_fire_at: datetime, cron: str = "0 0 1 1 *",

@@ -42,9 +42,7 @@ import json
 import os
 import socket
 import sys
-import uuid
 from collections.abc import Callable
-from datetime import date, datetime
 from typing import Any
 
 import psycopg
@@ -54,6 +52,7 @@ from .db.connect import APPLICATION_NAME, connect
 from .db.migrate import migrate
 from .db.redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
 from .errors import ConfigError, ScheduleError, UsageError
+from .ops.output import jsonable
 from .timing.formats import format_rfc3339, parse_duration
 
 #: The application_name of the command line's database sessions (the audit log and pause notes show it).
@@ -64,24 +63,8 @@ CLI_APPLICATION_NAME = "runledger-beat"
 # Output
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return format_rfc3339(value)
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)  # e.g. a value the database holds that is not plain JSON
-
-
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    print(json.dumps(_jsonable(data), indent=2, sort_keys=True) if getattr(args, "json", False) else text)
+    print(json.dumps(jsonable(data), indent=2, sort_keys=True) if getattr(args, "json", False) else text)
 
 
 def _line(s: dict) -> str:
@@ -203,7 +186,7 @@ def cmd_show(args: argparse.Namespace, dsn: str) -> int:
         raise ScheduleError("name", f"no schedule named {args.name!r}")
     fires = api.next_fires(dsn, args.name, 5, schema=args.schema)
     jobs = api.history(dsn, args.name, limit=5, schema=args.schema)
-    text = "\n".join([f"{k}: {_jsonable(v)}" for k, v in row.items()]
+    text = "\n".join([f"{k}: {jsonable(v)}" for k, v in row.items()]
                      + ["next fires:"] + [f"  {format_rfc3339(f)}" for f in fires]
                      + ["history:"] + [f"  {_job_line(j)}" for j in jobs])
     _emit(args, {"schedule": row, "next_fires": fires, "history": jobs}, text)
@@ -328,7 +311,7 @@ def cmd_backfill(args: argparse.Namespace, dsn: str) -> int:
 def _audit_line(entry: dict) -> list[Any]:
     changed = sorted(set(entry["before"] or {}) | set(entry["after"] or {}))
     if entry["operation"] == "UPDATE":
-        before, after = _jsonable(entry["before"]), _jsonable(entry["after"])
+        before, after = jsonable(entry["before"]), jsonable(entry["after"])
         what = ", ".join(f"{k}: {json.dumps(before[k])} -> {json.dumps(after[k])}" for k in changed)
     else:
         what = f"{len(changed)} columns"
@@ -337,7 +320,7 @@ def _audit_line(entry: dict) -> list[Any]:
 
 
 def cmd_audit(args: argparse.Namespace, dsn: str) -> int:
-    from .ops.tables import render_table
+    from .ops.output import render_table
     since = parse_duration(args.since, "since") if args.since else None
     entries = api.audit(dsn, args.name, since, schema=args.schema)
     text = render_table(("at", "schedule", "operation", "who", "application", "changes"),

@@ -1,16 +1,17 @@
-"""The Celery settings runledger_beat reads (``runledger_*`` in ``app.conf``), their defaults and checks.
+"""The Celery settings runledger_beat reads (``runledger_*`` in ``app.conf``): each one's default and check, once.
 
-README.md's "Settings" table says what each one means. A new setting gets a
-default in ``_DEFAULTS``, a field on ``Settings``, a checked line in ``load()``
-and a row in that table; a bad value raises ConfigError naming it, and beat
-exits with that one line.
+``SETTINGS`` is the table: a setting's name (``runledger_<name>`` in ``app.conf``, upper case accepted too),
+its default, and the check that turns the configured value into the one used; ``load()`` reads them all into a
+``Settings``. A bad value raises ConfigError naming the setting, and beat exits with that one line. A new
+setting is a row in ``SETTINGS``, a field on ``Settings`` and a row in the docs' settings reference.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
 
@@ -26,35 +27,13 @@ hide_dsn_settings()
 DEFAULT_RETENTION_SECONDS = 30 * 86400.0
 #: Shortest ledger retention accepted (seconds): the ledger is dropped a whole UTC day at a time.
 MIN_RETENTION = 86400.0
-
 #: Longest lookahead accepted: a fire's schedule row stays locked that long before its instant.
 MAX_LOOKAHEAD = 60.0
-
-_DEFAULTS: dict[str, Any] = {
-    "runledger_schema": DEFAULT_SCHEMA,
-    "runledger_batch_size": 1000,
-    "runledger_auto_migrate": True,
-    "runledger_listen": True,
-    "runledger_poll_interval": 1.0,
-    "runledger_recovery_grace": 30.0,
-    "runledger_defer_seconds": 30.0,
-    "runledger_lookahead": 2.0,
-    "runledger_max_lookahead": 30.0,
-    "runledger_fast_publish": True,
-    "runledger_send_sent_events": None,  # None: follow Celery's task_send_sent_event
-    "runledger_import_beat_schedule": True,
-    "runledger_lost_after": 3600.0,
-    "runledger_quarantine_after": 5,
-    "runledger_max_publish_attempts": 10,
-    "runledger_retention": DEFAULT_RETENTION_SECONDS,  # seconds of ledger kept (whole UTC days); 0 keeps it all
-    "runledger_metrics_port": None,  # None: no metrics server
-    "runledger_metrics_host": "127.0.0.1",
-}
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Resolved runledger settings of one Celery app."""
+    """Resolved runledger settings of one Celery app (see SETTINGS for each one's default and check)."""
 
     dsn: str
     schema: str
@@ -70,75 +49,123 @@ class Settings:
     send_sent_events: bool
     import_beat_schedule: bool
     lost_after: float
-    quarantine_after: int = 5
-    max_publish_attempts: int = 10
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    retention: float | None = DEFAULT_RETENTION_SECONDS  # None: keep the whole ledger
+    quarantine_after: int
+    max_publish_attempts: int
+    retention: float | None  # None: keep the whole ledger
+    metrics_port: int | None
+    metrics_host: str
 
 
-def _get(conf: Any, key: str) -> Any:
-    value = conf.get(key) if hasattr(conf, "get") else None
-    if value is None:
-        value = conf.get(key.upper()) if hasattr(conf, "get") else None
-    return _DEFAULTS.get(key) if value is None else value
+# ---------------------------------------------------------------------------
+# Checks: each takes the configured value (the default when unset), the setting's name and the app's conf
 
 
-def _number(conf: Any, key: str, kind: type, minimum: float) -> Any:
-    value = _get(conf, key)
-    try:
-        number = kind(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{key}: expected a number, got {value!r}") from None
-    if isinstance(value, bool) or not math.isfinite(number):
-        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
-    if number < minimum:
-        raise ConfigError(f"{key}: must be at least {minimum}, got {value!r}")
-    return number
+def _number(kind: type, minimum: float, maximum: float | None = None, why: str = "") -> Callable[..., Any]:
+    def check(value: Any, key: str, conf: Any) -> Any:
+        try:
+            number = kind(value)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+        if isinstance(value, bool) or not math.isfinite(number):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        if number < minimum:
+            raise ConfigError(f"{key}: must be at least {minimum}, got {value!r}")
+        if maximum is not None and number > maximum:
+            raise ConfigError(f"{key}: at most {maximum:g}{why}, got {value!r}")
+        return number
+    return check
 
 
-def _lookahead(conf: Any, key: str) -> float:
-    value = _number(conf, key, float, 0)
-    if value > MAX_LOOKAHEAD:
-        raise ConfigError(f"{key}: at most {MAX_LOOKAHEAD:g} seconds "
-                          f"(schedule rows stay locked that long), got {value!r}")
-    return value
+def _flag(value: Any, key: str, conf: Any) -> bool:
+    return bool(value)
 
 
-def _retention(conf: Any) -> float | None:
-    value = _get(conf, "runledger_retention")
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    seconds = _number({"runledger_retention": value}, "runledger_retention", float, 0)
+def _schema(value: Any, key: str, conf: Any) -> str:
+    return check_schema_name(value)
+
+
+_LOOKAHEAD = _number(float, 0, MAX_LOOKAHEAD, " seconds (schedule rows stay locked that long)")
+
+
+def _max_lookahead(value: Any, key: str, conf: Any) -> float:
+    return max(_LOOKAHEAD(value, key, conf), _LOOKAHEAD(_get(conf, "lookahead"), "runledger_lookahead", conf))
+
+
+def _retention(value: Any, key: str, conf: Any) -> float | None:
+    seconds = _number(float, 0)(value.total_seconds() if isinstance(value, timedelta) else value, key, conf)
     if seconds == 0:
         return None
     if seconds < MIN_RETENTION:
-        raise ConfigError(f"runledger_retention: at least {MIN_RETENTION:g} seconds (one day; 0 keeps the whole "
-                          f"ledger), got {value!r}")
+        raise ConfigError(f"{key}: at least {MIN_RETENTION:g} seconds (one day; 0 keeps the whole ledger), "
+                          f"got {value!r}")
     return seconds
 
 
-def _sent_events(conf: Any) -> bool:
-    value = _get(conf, "runledger_send_sent_events")
-    if value is None:
+def _sent_events(value: Any, key: str, conf: Any) -> bool:
+    if value is None:  # follow Celery's own setting
         value = conf.get("task_send_sent_event") if hasattr(conf, "get") else False
     return bool(value)
 
 
-def _metrics_port(conf: Any) -> int | None:
-    if _get(conf, "runledger_metrics_port") is None:
+def _metrics_port(value: Any, key: str, conf: Any) -> int | None:
+    if value is None:
         return None
-    port = _number(conf, "runledger_metrics_port", int, 0)
-    if port > 65535:
-        raise ConfigError(f"runledger_metrics_port: a TCP port is at most 65535, got {port!r}")
-    return port
+    return _number(int, 0, 65535, " (a TCP port)")(value, key, conf)
 
 
-def _metrics_host(conf: Any) -> str:
-    value = _get(conf, "runledger_metrics_host")
+def _host(value: Any, key: str, conf: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"runledger_metrics_host: expected a host name or address, got {value!r}")
+        raise ConfigError(f"{key}: expected a host name or address, got {value!r}")
     return value.strip()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: ``runledger_<name>`` in app.conf, its default, and the check that reads it."""
+
+    name: str
+    default: Any
+    check: Callable[[Any, str, Any], Any]
+
+    @property
+    def key(self) -> str:
+        """Its name in ``app.conf``."""
+        return f"runledger_{self.name}"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("schema", DEFAULT_SCHEMA, _schema),
+    Setting("batch_size", 1000, _number(int, 1)),
+    Setting("auto_migrate", True, _flag),
+    Setting("listen", True, _flag),
+    Setting("poll_interval", 1.0, _number(float, 0.05)),
+    Setting("recovery_grace", 30.0, _number(float, 1)),
+    Setting("defer_seconds", 30.0, _number(float, 1)),
+    Setting("lookahead", 2.0, _LOOKAHEAD),
+    Setting("max_lookahead", 30.0, _max_lookahead),
+    Setting("fast_publish", True, _flag),
+    Setting("send_sent_events", None, _sent_events),  # None: follow Celery's task_send_sent_event
+    Setting("import_beat_schedule", True, _flag),
+    Setting("lost_after", 3600.0, _number(float, 1)),
+    Setting("quarantine_after", 5, _number(int, 1)),
+    Setting("max_publish_attempts", 10, _number(int, 1)),
+    Setting("retention", DEFAULT_RETENTION_SECONDS, _retention),  # seconds (whole UTC days); 0 keeps it all
+    Setting("metrics_port", None, _metrics_port),  # None: no metrics server
+    Setting("metrics_host", "127.0.0.1", _host),
+)
+#: ``runledger_<name>``: default, for every setting but the DSN (which has none).
+DEFAULTS: dict[str, Any] = {s.key: s.default for s in SETTINGS}
+_BY_NAME = {s.name: s for s in SETTINGS}
+assert {f.name for f in fields(Settings)} == {"dsn", *_BY_NAME}, "Settings and SETTINGS disagree"
+
+
+def _get(conf: Any, name: str) -> Any:
+    """The configured value of ``runledger_<name>`` (either case), else its default."""
+    key = f"runledger_{name}"
+    value = conf.get(key) if hasattr(conf, "get") else None
+    if value is None and hasattr(conf, "get"):
+        value = conf.get(key.upper())
+    return _BY_NAME[name].default if value is None else value
 
 
 def dsn_from(conf: Any) -> str | None:
@@ -152,25 +179,4 @@ def load(conf: Any) -> Settings:
     if not dsn:
         raise ConfigError("runledger_dsn: not set "
                           "(set app.conf.runledger_dsn or the RUNLEDGER_DSN environment variable)")
-    lookahead = _lookahead(conf, "runledger_lookahead")
-    return Settings(
-        dsn=dsn,
-        schema=check_schema_name(_get(conf, "runledger_schema")),
-        batch_size=_number(conf, "runledger_batch_size", int, 1),
-        auto_migrate=bool(_get(conf, "runledger_auto_migrate")),
-        listen=bool(_get(conf, "runledger_listen")),
-        poll_interval=_number(conf, "runledger_poll_interval", float, 0.05),
-        recovery_grace=_number(conf, "runledger_recovery_grace", float, 1),
-        defer_seconds=_number(conf, "runledger_defer_seconds", float, 1),
-        lookahead=lookahead,
-        max_lookahead=max(_lookahead(conf, "runledger_max_lookahead"), lookahead),
-        fast_publish=bool(_get(conf, "runledger_fast_publish")),
-        send_sent_events=bool(_sent_events(conf)),
-        import_beat_schedule=bool(_get(conf, "runledger_import_beat_schedule")),
-        lost_after=_number(conf, "runledger_lost_after", float, 1),
-        quarantine_after=_number(conf, "runledger_quarantine_after", int, 1),
-        max_publish_attempts=_number(conf, "runledger_max_publish_attempts", int, 1),
-        metrics_port=_metrics_port(conf),
-        metrics_host=_metrics_host(conf),
-        retention=_retention(conf),
-    )
+    return Settings(dsn=dsn, **{s.name: s.check(_get(conf, s.name), s.key, conf) for s in SETTINGS})

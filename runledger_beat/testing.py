@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from .api import public_job
-from .beat.claim import record_claimed, skip_overlapping
+from .beat.claim import run_pass
 from .db.beat_store import BeatStore
 from .db.connect import DEFAULT_SCHEMA, connect
 from .payload import task_arguments
@@ -45,22 +45,17 @@ def run_due(app: Any, dsn: str, at: datetime, schema: str = DEFAULT_SCHEMA) -> l
         raise ValueError("run_due: `at` must be a timezone-aware datetime")
     with connect(dsn, schema, application_name="runledger_beat.testing") as conn:
         store = BeatStore(conn)
-        with conn.transaction():
-            store.mark_internal()
-            claimed = store.claim_due_at(at, MAX_SCHEDULES)
-            result = record_claimed(store, claimed)
-            skipped = skip_overlapping(store, result.fires)
-        fires = [f for f in result.fires if f.id not in skipped]
+        result = run_pass(store, MAX_SCHEDULES, at=at)
         conn.autocommit = True
         eager = bool(app.conf.task_always_eager)
-        for fire in fires:
+        for fire in result.fires:
             if eager:
                 store.mark_sent([fire.id])  # as beat does once the broker confirmed; then it runs
                 _apply(app, fire)
             else:
                 _send(app, fire)
                 store.mark_sent([fire.id])
-        rows = store.slot_jobs([r["id"] for r in claimed], [r["next_fire_at"] for r in claimed])
+        rows = store.slot_jobs([s for s, _ in result.slots], [at_ for _, at_ in result.slots])
     return [public_job(r) for r in rows]
 
 

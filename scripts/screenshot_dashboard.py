@@ -21,13 +21,12 @@ import uuid
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from runledger_beat import api  # noqa: E402
-from runledger_beat.db import connect, migrate  # noqa: E402
+from runledger_beat.db import connect, drop_schema, migrate  # noqa: E402
 
 SAMPLES = [
     dict(name="billing/invoices", task="billing.tasks.send_invoices", cron="0 2 * * *", timezone="Europe/Paris"),
@@ -116,7 +115,7 @@ def main() -> int:
             server.terminate()
             server.wait(10)
         with psycopg.connect(args.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            drop_schema(conn, schema)
     print(f"{out} ({out.stat().st_size // 1024} KB)")
     return 0
 

@@ -6,9 +6,8 @@ import uuid
 
 import psycopg
 import pytest
-from psycopg import sql
 
-from runledger_beat.db import connect, migrate
+from runledger_beat.db import connect, drop_schema, migrate
 
 from .services import find_amqp, find_postgres, find_redis
 
@@ -26,7 +25,7 @@ def schema(pg_dsn: str):
         migrate(conn, name)
     yield name
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        drop_schema(conn, name)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from runledger_beat.db import connect, migrate, migration_files, queries
+from runledger_beat.db import connect, drop_schema, migrate, migration_files, queries
 from runledger_beat.timing import limits
 
 TEN_YEARS = limits.MAX_SECONDS
@@ -165,7 +165,7 @@ def old_schema(pg_dsn):
     conn.execute(text)
     conn.execute(queries.record_migration, {"version": version, "name": file_name})
     yield conn, name
-    conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+    drop_schema(conn, name)
     conn.close()
 
 

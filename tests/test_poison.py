@@ -19,7 +19,7 @@ import pytest
 from psycopg import sql
 
 from runledger_beat import api
-from runledger_beat.db import connect, migrate, migration_files, queries
+from runledger_beat.db import connect, drop_schema, migrate, migration_files, queries
 from runledger_beat.errors import ScheduleError
 
 from .e2e import delete_queue, prepare
@@ -92,7 +92,7 @@ def old_install(pg_dsn):
         conn.execute(queries.record_migration, {"version": version, "name": file_name})
     yield name
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+        drop_schema(conn, name)
 
 
 def _cli(pg_dsn: str, schema: str, *argv: str) -> subprocess.CompletedProcess:

@@ -78,6 +78,7 @@ class PassResult:
     deferred: int = 0
     db_now: datetime | None = None
     clock_offset: float | None = None  # database clock minus local wall clock (s), read at the claim
+    slots: list[tuple[uuid.UUID, datetime]] = field(default_factory=list)  # (schedule id, slot) of each claimed
 
 
 def check_row(row: dict[str, Any]) -> None:
@@ -173,10 +174,10 @@ def _defer(store: BeatStore, row: dict[str, Any], error: BaseException, policy: 
                     row["id"], text, fault["failures"], fault["retry_at"])
 
 
-def record_claimed(store: BeatStore, rows: list[dict[str, Any]],
-                        policy: FaultPolicy = FaultPolicy()) -> PassResult:
+def record_claimed(store: BeatStore, rows: list[dict[str, Any]], policy: FaultPolicy = FaultPolicy()) -> PassResult:
     """Record fires and advance cursors for rows claimed in this transaction."""
-    result = PassResult(claimed=len(rows), db_now=rows[0]["db_now"] if rows else None)
+    result = PassResult(claimed=len(rows), db_now=rows[0]["db_now"] if rows else None,
+                        slots=[(row["id"], row["next_fire_at"]) for row in rows])
     plans: list[_Plan] = []
     shared: dict[tuple, Advance] = {}
     for row in rows:
@@ -274,11 +275,19 @@ def record_pass(store: BeatStore, batch_size: int, lookahead: float = 0.0, group
     return result
 
 
-def run_pass(store: BeatStore, batch_size: int,
-             policy: FaultPolicy = FaultPolicy()) -> PassResult:
-    """One transaction: claim due schedules, record them, apply overlap skips, commit."""
+def run_pass(store: BeatStore, batch_size: int, policy: FaultPolicy = FaultPolicy(),
+             at: datetime | None = None) -> PassResult:
+    """One transaction: claim due schedules, record them, apply overlap skips, commit.
+
+    With ``at`` the pass is judged as if the database clock read ``at`` (testing.run_due): every active schedule
+    whose cursor is at or before it is claimed and planned with "now" = ``at``.
+    """
     with store.conn.transaction():
-        result = record_pass(store, batch_size, 0.0, None, policy)
+        if at is None:
+            result = record_pass(store, batch_size, 0.0, None, policy)
+        else:
+            store.mark_internal()
+            result = record_claimed(store, store.claim_due_at(at, batch_size), policy)
         skipped = skip_overlapping(store, result.fires)
     if skipped:
         result.fires = [f for f in result.fires if f.id not in skipped]

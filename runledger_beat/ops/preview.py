@@ -17,7 +17,7 @@ from ..spec import check_skip_dates
 from ..timing.cron import zone
 from ..timing.engine import Timing, fire_times
 from ..timing.formats import format_rfc3339, parse_duration, parse_instant
-from .tables import render_table
+from .output import render_table
 
 UTC = timezone.utc
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..db.ops_store import OpsStore
 from ..timing.formats import parse_duration
-from .tables import render_table
+from .output import render_table
 
 __all__ = ["LAGS", "parse_duration", "render", "stats"]
 

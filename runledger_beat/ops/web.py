@@ -27,8 +27,6 @@ import json
 import math
 import os
 import secrets
-import uuid
-from datetime import datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -38,6 +36,7 @@ from ..db.connect import DEFAULT_SCHEMA, connect
 from ..db.ops_store import OpsStore
 from ..errors import ScheduleError
 from ..timing.formats import format_rfc3339, parse_instant
+from .output import jsonable
 
 TOKEN_ENV = "RUNLEDGER_WEB_TOKEN"
 ACTIONS = ("pause", "resume", "trigger", "backfill")
@@ -137,21 +136,6 @@ def lag_plot(series: list[dict], width: int = 640, height: int = 160, pad: int =
     out.update(points=" ".join(points), top=top, bottom=bottom,
                zero_y=round(height - pad - (0 - bottom) / span * (height - 2 * pad), 1))
     return out
-
-
-def jsonable(value: Any) -> Any:
-    """Datetimes as RFC 3339, ids as strings, the rest as JSON allows."""
-    if isinstance(value, datetime):
-        return format_rfc3339(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
 
 
 def schedule_path(name: str) -> str:

@@ -108,14 +108,28 @@ def retarget(frames: bytes, channel_id: int) -> bytes:
     return bytes(out)
 
 
-class _CaptureChannel:
-    """Stands in for a py-amqp channel: kombu's own prepare_message, a basic_publish that records."""
+class CaptureChannel:
+    """Stands in for a channel whose basic_publish records the message instead of sending it.
 
-    prepare_message = pyamqp.Channel.prepare_message
+    Alone it is a py-amqp channel (kombu's own prepare_message); around ``real`` (the Redis transport's
+    channel) every other attribute is the real channel's, so the transport prepares the message as it would.
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, real: Any = None) -> None:
+        self._real = real
         self.captured: tuple | None = None
         self.on_publish: Callable[[], None] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._real is None:
+            raise AttributeError(name)
+        return getattr(self._real, name)
+
+    def prepare_message(self, *args: Any, **kwargs: Any) -> Any:
+        """The transport's own message preparation."""
+        if self._real is not None:
+            return self._real.prepare_message(*args, **kwargs)
+        return pyamqp.Channel.prepare_message(self, *args, **kwargs)
 
     def basic_publish(self, message: Any, exchange: str = "", routing_key: str = "",
                       mandatory: bool = False, immediate: bool = False, **_: Any) -> None:
@@ -127,7 +141,7 @@ class _CaptureChannel:
 class CaptureProducer(Producer):
     """A kombu Producer that records the entities it would declare instead of declaring them."""
 
-    def __init__(self, channel: _CaptureChannel, declared: list) -> None:
+    def __init__(self, channel: CaptureChannel, declared: list) -> None:
         self.declared = declared
         super().__init__(channel, auto_declare=False)
 
@@ -152,7 +166,7 @@ class Encoder:
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        self.channel = _CaptureChannel()
+        self.channel = CaptureChannel()
         self.declared: list = []
         self.producer = CaptureProducer(self.channel, self.declared)
         self.parts: list[bytes] = []

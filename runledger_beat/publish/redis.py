@@ -26,7 +26,7 @@ from kombu.common import maybe_declare
 from kombu.utils.json import dumps
 from redis.exceptions import ResponseError
 
-from .amqp import CaptureProducer
+from .amqp import CaptureChannel, CaptureProducer
 from .fires import Fire, Outgoing
 from .message import build_message, send_message
 from .templates import Kinds, NotTemplatable, RedisTemplate, kind_of
@@ -45,27 +45,13 @@ def supported(conn: Any) -> bool:
         return False
 
 
-class _CaptureChannel:
-    """The real Redis channel, except that basic_publish records the message instead of sending it."""
-
-    def __init__(self, real: Any) -> None:
-        self._real = real
-        self.captured: tuple | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-    def basic_publish(self, message: Any, exchange: str = "", routing_key: str = "", **_: Any) -> None:
-        self.captured = (message, exchange, routing_key)
-
-
 class RedisPublisher:
     """Encodes fires into LPUSH commands ahead of their instant and pushes them in pipelines."""
 
     def __init__(self, app: Any, kombu_conn: Any) -> None:
         self.app = app
         self.channel = kombu_conn.default_channel
-        self._capture = _CaptureChannel(self.channel)
+        self._capture = CaptureChannel(self.channel)
         self._declared: list = []
         self._producer = CaptureProducer(self._capture, self._declared)
         self._routes: dict[tuple[str, str], list[str]] = {}
@@ -125,7 +111,7 @@ class RedisPublisher:
             raise RuntimeError("Celery's send_task_message published nothing")
         for entity in self._declared:
             maybe_declare(entity, self.channel)  # binds the queue, so the lookup below finds it
-        message, exchange, routing_key = self._capture.captured
+        message, exchange, routing_key, _, _ = self._capture.captured
         queues = self._queues(exchange, routing_key)
         if queues is None:
             return (), None, None
