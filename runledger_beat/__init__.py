@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from .version import __version__
+
 __all__ = ["Scheduler", "install", "schedule_info", "__version__"]
 
 

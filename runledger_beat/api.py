@@ -56,6 +56,7 @@ from .spec import (
     ScheduleSpec,
     check_note,
     check_organization,
+    check_row,
     check_skip_dates,
     check_text,
 )
@@ -338,7 +339,6 @@ def history(conn_or_dsn: Any, name: str, limit: int = 20, status: str | None = N
 
 def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str = DEFAULT_SCHEMA) -> list[datetime]:
     """The next ``count`` fires of an active schedule from the database clock ([] when paused or unplannable)."""
-    from .beat.claim import check_row
     from .timing.engine import fire_times
     with _session(conn_or_dsn, schema, write=False) as store:
         row = _require(store, name)

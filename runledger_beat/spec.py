@@ -18,11 +18,14 @@ from dataclasses import dataclass, fields
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from .db.loaders import is_out_of_range, is_unreadable
 from .errors import ScheduleError
+from .payload import template_problem
 from .timing.cron import zone
 from .timing.engine import Timing
 from .timing.formats import parse_duration, parse_instant
 from .timing.limits import (
+    INSTANT_COLUMNS,
     MAX_CRON_LEN,
     MAX_INSTANT,
     MAX_JSON_DEPTH,
@@ -342,3 +345,22 @@ def _headers(value: Any) -> dict[str, Any]:
         raise ScheduleError("headers", f"may not set protocol headers: {', '.join(reserved)}")
     check_json("headers", dict(value))
     return dict(value)
+
+
+def check_row(row: dict[str, Any]) -> None:
+    """Refuse values no valid schedule holds (written by raw SQL before the constraints), naming the column."""
+    if "bad_instant" in row:  # the claim statement judged the instants in SQL
+        if row["bad_instant"]:
+            raise ScheduleError(row["bad_instant"], "not a finite date-time within year 1..9999")
+    else:
+        for column in INSTANT_COLUMNS:
+            if is_out_of_range(row.get(column)):
+                raise ScheduleError(column, "not a finite date-time within year 1..9999")
+    for column in ("payload_template", "options"):
+        if is_unreadable(row.get(column)):
+            raise ScheduleError(column, str(row[column]))
+    if not isinstance(row.get("options") or {}, dict):
+        raise ScheduleError("options", "must be a JSON object")
+    problem = template_problem(row.get("payload_template"))
+    if problem:
+        raise ScheduleError("payload_template", problem)

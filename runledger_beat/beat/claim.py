@@ -24,12 +24,11 @@ from typing import Any
 import psycopg
 
 from ..db.beat_store import BeatStore
-from ..db.loaders import is_out_of_range, is_unreadable
 from ..errors import ScheduleError
-from ..payload import merge_schedule_metadata, schedule_metadata, template_problem
+from ..payload import merge_schedule_metadata, schedule_metadata
 from ..publish.fires import Fire
+from ..spec import check_row
 from ..timing.engine import Advance, advance
-from ..timing.limits import INSTANT_COLUMNS
 from ..timing.rows import timing_from_row
 
 log = logging.getLogger(__name__)
@@ -79,25 +78,6 @@ class PassResult:
     db_now: datetime | None = None
     clock_offset: float | None = None  # database clock minus local wall clock (s), read at the claim
     slots: list[tuple[uuid.UUID, datetime]] = field(default_factory=list)  # (schedule id, slot) of each claimed
-
-
-def check_row(row: dict[str, Any]) -> None:
-    """Refuse values no valid schedule holds (written by raw SQL before the constraints), naming the column."""
-    if "bad_instant" in row:  # the claim statement judged the instants in SQL
-        if row["bad_instant"]:
-            raise ScheduleError(row["bad_instant"], "not a finite date-time within year 1..9999")
-    else:
-        for column in INSTANT_COLUMNS:
-            if is_out_of_range(row.get(column)):
-                raise ScheduleError(column, "not a finite date-time within year 1..9999")
-    for column in ("payload_template", "options"):
-        if is_unreadable(row.get(column)):
-            raise ScheduleError(column, str(row[column]))
-    if not isinstance(row.get("options") or {}, dict):
-        raise ScheduleError("options", "must be a JSON object")
-    problem = template_problem(row.get("payload_template"))
-    if problem:
-        raise ScheduleError("payload_template", problem)
 
 
 def _plan(row: dict[str, Any], shared: dict[tuple, Advance]) -> _Plan:

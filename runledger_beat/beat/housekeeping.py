@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 import psycopg
 
-from .. import __version__
 from ..db.redaction import safe_error
 from ..publish.fires import Fire, Outgoing
 from ..settings import Settings
+from ..version import __version__
 from . import metrics as metrics_module
 from .connections import BeatConnections
 from .outbox import Outbox
