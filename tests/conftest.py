@@ -9,7 +9,7 @@ import pytest
 
 from runledger_beat.db import connect, drop_schema, migrate
 
-from .services import find_amqp, find_postgres, find_redis
+from .support.services import find_amqp, find_postgres, find_redis
 
 
 @pytest.fixture(scope="session")

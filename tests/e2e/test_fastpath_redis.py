@@ -1,0 +1,166 @@
+"""The Redis fast path writes exactly what kombu's Redis transport writes, fails a refused fire alone,
+and a real beat on a Redis broker feeds a real worker through it."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis
+from celery import Celery
+
+from runledger_beat.publish.amqp import CONFIRM_TIMEOUT
+from runledger_beat.publish.dispatcher import Dispatcher
+from runledger_beat.publish.fires import Fire, Outgoing
+from runledger_beat.publish.templates import VERIFY_FIRES
+
+from ..support.e2e import prepare
+from ..support.netcut import Proxy
+from ..support.procs import start_beat, start_worker
+from ..support.rows import insert_schedule
+from ..support.services import wait_for
+
+
+def _fire(name: str, options: dict | None = None, payload: object = None) -> Fire:
+    payload = payload if payload is not None else {
+        "args": [name, 1], "kwargs": {"k": "v"},
+        "_schedule": {"schedule_id": str(uuid.uuid4()), "schedule_name": name, "scheduled_for": "2026-02-01T00:00:00Z"}}
+    # An instant ahead: expiry counts from it, so both roads compute the same expires header.
+    return Fire(uuid.uuid4(), uuid.uuid4(), name, "rl.record", payload, options or {},
+                datetime.now(timezone.utc) + timedelta(minutes=5))
+
+
+def _publish(dispatcher: Dispatcher, outgoing: list[Outgoing]):
+    dispatcher.send(outgoing)
+    return dispatcher.collect(wait=True)
+
+
+@pytest.fixture
+def queues(redis_url):
+    names = [f"rlr_{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    yield names
+    client = redis.Redis.from_url(redis_url)
+    for key in client.keys("rlr_*"):
+        client.delete(key)
+
+
+def _app(redis_url: str, queue: str) -> Celery:
+    app = Celery(f"rr_{uuid.uuid4().hex[:6]}", broker=redis_url)
+    app.conf.task_default_queue = queue
+    return app
+
+
+def _raw(redis_url: str, queues: list[str]) -> dict[str, str]:
+    """Every message in the queues' lists (priority sub-lists too), raw JSON text keyed by task id."""
+    client = redis.Redis.from_url(redis_url)
+    found = {}
+    for key in client.keys("rlr_*"):
+        if client.type(key) != b"list":
+            continue
+        for raw in client.lrange(key, 0, -1):
+            text = raw.decode()
+            message = json.loads(text)
+            found[message["headers"]["id"]] = (key.decode(), text, message["properties"]["delivery_tag"])
+    return found
+
+
+def test_the_redis_fast_path_writes_what_kombu_writes(redis_url, queues):
+    main, other = queues
+    fires = [_fire("plain"),
+             _fire("options", {"priority": 5, "expires": 30, "headers": {"x-trace": "abc"},
+                               "time_limit": 10, "soft_time_limit": 5, "ignore_result": True}),
+             _fire("other-queue", {"queue": other}),
+             _fire("wrapped", payload={"payload": [1, 2], "_schedule": {"schedule_name": "wrapped"}}),
+             # Past VERIFY_FIRES of one kind the rest come from its template (message_template.RedisTemplate).
+             *[_fire(f"templated-{i}", payload={"args": [i, "é" * i], "kwargs": {"n": i},
+                                                "_schedule": {"schedule_name": f"t{i}"}}) for i in range(5)]]
+    app = _app(redis_url, main)
+    fast, stock = Dispatcher(app, fast=True), Dispatcher(app, fast=False)
+    try:
+        assert fast.publisher() == "redis" and stock.publisher() == "celery"
+        prepared = fast.prepare(fires)
+        assert all(o.pushes for o in prepared)  # built and encoded ahead of the instant
+        kinds = fast._redis_publisher()._kinds.values()
+        assert any(k.template is not None and k.checked >= VERIFY_FIRES for k in kinds)
+        result = _publish(fast, prepared)
+        assert sorted(result.sent) == sorted(f.id for f in fires) and not result.failed
+        by_fast = _raw(redis_url, queues)
+        client = redis.Redis.from_url(redis_url)
+        for key in client.keys("rlr_*"):
+            if client.type(key) == b"list":
+                client.delete(key)
+        result = _publish(stock, [Outgoing(f) for f in fires])
+        assert sorted(result.sent) == sorted(f.id for f in fires)
+        by_stock = _raw(redis_url, queues)
+    finally:
+        fast.close()
+        stock.close()
+    assert set(by_fast) == set(by_stock) == {str(f.id) for f in fires}
+    for task_id, (key, text, tag) in by_fast.items():
+        stock_key, stock_text, stock_tag = by_stock[task_id]
+        assert key == stock_key  # the same list (priority lists included)
+        assert text.replace(tag, "TAG") == stock_text.replace(stock_tag, "TAG")  # byte for byte but the tag
+
+
+def test_a_command_redis_refuses_fails_that_fire_alone(redis_url, queues):
+    main, other = queues
+    client = redis.Redis.from_url(redis_url)
+    client.set(other, "not a list")  # LPUSH onto it: WRONGTYPE
+    fires = [_fire("a"), _fire("wrongtype", {"queue": other}), _fire("b")]
+    dispatcher = Dispatcher(_app(redis_url, main), fast=True)
+    try:
+        result = _publish(dispatcher, dispatcher.prepare(fires))
+    finally:
+        dispatcher.close()
+    assert sorted(result.sent) == sorted([fires[0].id, fires[2].id]) and result.error is None
+    assert [f.id for f, _ in result.failed] == [fires[1].id] and "WRONGTYPE" in result.failed[0][1]
+    assert client.llen(main) == 2
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast path", "celery producer"])
+def test_a_partitioned_redis_fails_the_publish_within_the_timeout_and_heals(redis_url, queues, fast):
+    """Behind a partition (sockets open, nothing relayed) kombu's Redis client would wait for a reply for good,
+    holding beat: the publish fails as a broker outage within CONFIRM_TIMEOUT, and goes out once healed."""
+    parts = urlsplit(redis_url)
+    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 6379))
+    behind = urlunsplit(parts._replace(netloc=f"127.0.0.1:{proxy.port}"))
+    dispatcher = Dispatcher(_app(behind, queues[0]), fast=fast)
+    before, during = [_fire("before")], [_fire(f"during-{i}") for i in range(3)]
+    try:
+        assert _publish(dispatcher, dispatcher.prepare(before)).sent == [before[0].id]
+        prepared = dispatcher.prepare(during)
+        proxy.cut()
+        started = time.monotonic()
+        result = _publish(dispatcher, prepared)
+        took = time.monotonic() - started
+        assert result.error is not None and not result.sent
+        assert sorted(f.id for f, _ in result.failed) == sorted(f.id for f in during)
+        assert CONFIRM_TIMEOUT - 1 < took < CONFIRM_TIMEOUT + 5
+        proxy.heal()
+        again = _publish(dispatcher, dispatcher.prepare(during))  # the outage backlog's retry: a new connection
+        assert sorted(again.sent) == sorted(f.id for f in during) and again.error is None
+    finally:
+        dispatcher.close()
+        proxy.close()
+    assert set(_raw(redis_url, queues)) == {str(f.id) for f in before + during}
+
+
+def test_a_beat_on_redis_feeds_a_worker_through_the_fast_path(db, pg_dsn, schema, redis_url):
+    env, queue = prepare(db, pg_dsn, schema, redis_url, hook=True)
+    sid = insert_schedule(db, "on-redis", cron="* * * * * *")
+    beat, worker = start_beat(env, "redis-beat"), start_worker(env, concurrency=2)
+    try:
+        wait_for(lambda: db.execute("SELECT count(*) AS n FROM jobs WHERE schedule_id = %s AND status = 'success'",
+                                    (sid,)).fetchone()["n"] >= 3, timeout=40, message="three runs through Redis")
+        rows = db.execute("SELECT sent_at, started_at FROM jobs WHERE status = 'success'").fetchall()
+        assert all(r["sent_at"] is not None or r["started_at"] is not None for r in rows)
+        executed = db.execute("SELECT count(*) AS n, count(DISTINCT task_id) AS d FROM executions").fetchone()
+        assert executed["n"] == executed["d"] >= 3  # one execution per fire
+    finally:
+        beat.stop()
+        worker.stop()
+        redis.Redis.from_url(redis_url).delete(queue)
