@@ -9,6 +9,7 @@ import pytest
 
 from runledger_beat.db import connect, drop_schema, migrate
 
+from .support.private import PostgresCluster, RabbitNode
 from .support.services import find_amqp, find_postgres, find_redis
 
 
@@ -44,3 +45,19 @@ def amqp_url() -> str:
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     return find_redis()
+
+
+@pytest.fixture
+def private_rabbit():
+    """A RabbitMQ node of this test's own (tests/support/private.py): it may stop or restart it."""
+    node = RabbitNode()
+    yield node
+    node.close()
+
+
+@pytest.fixture
+def private_postgres():
+    """A PostgreSQL cluster of this test's own (tests/support/private.py): it may restart or stop it."""
+    cluster = PostgresCluster()
+    yield cluster
+    cluster.close()

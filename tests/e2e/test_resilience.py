@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from datetime import timedelta
@@ -10,7 +9,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from runledger_beat.db import connect
+from runledger_beat.db import connect, migrate
 
 from ..support.e2e import count, delete_queue, prepare
 from ..support.procs import ROOT, start_beat, start_worker
@@ -84,18 +83,15 @@ def test_beat_killed_between_commit_and_publish_is_recovered(db, pg_dsn, schema,
         delete_queue(amqp_url, queue)
 
 
-def _rabbit(action: str) -> None:
-    subprocess.run(["rabbitmqctl", action], check=True, capture_output=True, timeout=60)
-
-
-def test_broker_outage_loses_nothing(db, pg_dsn, schema, amqp_url):
+def test_broker_outage_loses_nothing(db, pg_dsn, schema, private_rabbit):
+    amqp_url = private_rabbit.url
     env, queue = prepare(db, pg_dsn, schema, amqp_url)
     sid = insert_schedule(db, "outage", cron="* * * * * *")
     beat = start_beat(env)
     try:
         wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") >= 2, timeout=20,
                  message="fires before the outage")
-        _rabbit("stop_app")
+        private_rabbit.stop_app()
         try:
             before = count(db, "SELECT count(*) AS n FROM jobs")
             wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs") >= before + 15, timeout=40,
@@ -103,7 +99,7 @@ def test_broker_outage_loses_nothing(db, pg_dsn, schema, amqp_url):
             assert count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'pending'") >= 10
             assert beat.alive()
         finally:
-            _rabbit("start_app")
+            private_rabbit.start_app()
         db.execute("UPDATE job_schedules SET is_active = false")
         wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'pending'") == 0, timeout=60,
                  message="the backlog to be delivered")
@@ -120,16 +116,10 @@ def test_broker_outage_loses_nothing(db, pg_dsn, schema, amqp_url):
         delete_queue(amqp_url, queue)
 
 
-def _pg_restart() -> None:
-    clusters = os.listdir("/etc/postgresql")
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", clusters[0], "main", "restart"],
-                   check=True, capture_output=True, timeout=120)
-
-
-@pytest.mark.skipif(not os.path.isdir("/etc/postgresql"), reason="needs the machine's own Postgres cluster")
-def test_postgres_restart_under_a_running_beat(pg_dsn, schema, amqp_url):
-    if "127.0.0.1:5432" not in pg_dsn:
-        pytest.skip("restarts the local cluster only")
+def test_postgres_restart_under_a_running_beat(private_postgres, amqp_url):
+    pg_dsn, schema = private_postgres.dsn, "runledger"
+    with connect(pg_dsn, "public") as conn:
+        migrate(conn, schema)
     conn = connect(pg_dsn, schema, autocommit=True)
     env, queue = prepare(conn, pg_dsn, schema, amqp_url)
     insert_schedule(conn, "pg", cron="* * * * * *")
@@ -143,7 +133,7 @@ def test_postgres_restart_under_a_running_beat(pg_dsn, schema, amqp_url):
             except psycopg.OperationalError:
                 return 0
         wait_for(lambda: fires() >= 2, timeout=20, message="fires before the restart")
-        _pg_restart()
+        private_postgres.restart()
         base = wait_for(fires, timeout=30, message="Postgres back")
         wait_for(lambda: fires() >= base + 3, timeout=30, message="fires after the restart")
         with connect(pg_dsn, schema, autocommit=True) as c:
