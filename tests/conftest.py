@@ -1,4 +1,9 @@
-"""Shared fixtures: a fresh runledger schema per test on a real Postgres, real brokers."""
+"""Shared fixtures: a fresh runledger schema per test on a real Postgres, real brokers.
+
+The tiers are folders: tests/unit (no services), tests/db (PostgreSQL), tests/e2e (real beats, workers and
+brokers), tests/browser (a real browser). Each test under a tier folder gets that tier's marker, so
+``-m "not e2e"`` works as well as a path.
+"""
 
 from __future__ import annotations
 
@@ -61,3 +66,11 @@ def private_postgres():
     cluster = PostgresCluster()
     yield cluster
     cluster.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier (its folder under tests/)."""
+    for item in items:
+        tier = item.path.parent.name
+        if tier in ("db", "e2e", "browser"):
+            item.add_marker(tier)
