@@ -31,11 +31,13 @@ from .timing.limits import (
     MAX_JSON_DEPTH,
     MAX_NAME_LEN,
     MAX_OPTION_STRING_LEN,
+    MAX_PRIORITY,
     MAX_SECONDS,
     MAX_TASK_LEN,
     MAX_TEMPLATE_BYTES,
     MAX_TZ_LEN,
     MIN_INSTANT,
+    MIN_PRIORITY,
     OPTION_KEYS,
     PROTOCOL_HEADERS,
     SECONDS_OPTIONS,
@@ -319,8 +321,8 @@ def _option(key: str, value: Any) -> Any:
                                 f"got {value!r}")
         return value
     if key == "priority":
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
-            raise ScheduleError("priority", f"must be an integer 0..255, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not MIN_PRIORITY <= value <= MAX_PRIORITY:
+            raise ScheduleError("priority", f"must be an integer {MIN_PRIORITY}..{MAX_PRIORITY}, got {value!r}")
         return value
     if key == "ignore_result":
         if not isinstance(value, bool):

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from runledger_beat import db as rldb
-from runledger_beat.db import OUT_OF_RANGE_HIGH, OUT_OF_RANGE_LOW, UNREADABLE_JSON, connect
+from runledger_beat.db import OUT_OF_RANGE_HIGH, OUT_OF_RANGE_LOW, UNREADABLE_JSON, connect, loaders
 from runledger_beat.errors import ConfigError
 
 DEEP = 2000
@@ -61,7 +61,7 @@ def test_ledger_rows_with_bad_values_still_list(db):
 
 
 def test_invalid_json_text_loads_as_sentinel(db):
-    loader = rldb._SAFE_LOADERS[4][1](psycopg.adapters.types["json"].oid, db)
+    loader = loaders._SAFE_LOADERS[4][1](psycopg.adapters.types["json"].oid, db)
     assert rldb.is_unreadable(loader.load(b"{not json"))
     assert "not valid JSON" in repr(loader.load(b"\xff")) and loader.load(b"[") == UNREADABLE_JSON
 
