@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from .db import DEFAULT_SCHEMA, ConfigError, check_schema_name
+from .extras import require
 from .redaction import hide_dsn_settings
 from .store import DEFAULT_RETENTION_SECONDS
 
@@ -129,6 +130,7 @@ def _metrics_port(conf: Any) -> int | None:
     port = _number(conf, "runledger_metrics_port", int, 0)
     if port > 65535:
         raise ConfigError(f"runledger_metrics_port: a TCP port is at most 65535, got {port!r}")
+    require("runledger_metrics_port", "metrics", ConfigError)  # beat exits at start with the one line
     return port
 
 
