@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from runledger_beat.db import connect, migrate
+from runledger_beat.db import connect, drop_schema, migrate
 
 from .services import find_amqp, find_postgres, find_redis
 
@@ -27,6 +27,15 @@ def schema(pg_dsn: str):
     yield name
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def bare_schema(pg_dsn: str):
+    """The name of a schema nothing created yet (the test migrates it, or not); dropped afterwards."""
+    name = f"t_bare_{uuid.uuid4().hex[:12]}"
+    yield name
+    with connect(pg_dsn, "public", autocommit=True) as conn:
+        drop_schema(conn, name)
 
 
 @pytest.fixture

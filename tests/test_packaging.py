@@ -34,7 +34,6 @@ import pytest
 from kombu import Connection
 
 from runledger_beat import __version__, api, cli, metrics, settings
-from runledger_beat.db import connect, drop_schema
 
 from .e2e import delete_queue
 from .procs import ROOT, Proc
@@ -139,12 +138,9 @@ def venvs(dist, tmp_path_factory) -> dict[str, Venv]:
 
 
 @pytest.fixture
-def own(pg_dsn):
-    """A schema name and a queue name of this test's own; the schema is dropped afterwards."""
-    names = {"schema": f"t_pkg_{uuid.uuid4().hex[:10]}", "queue": f"rlq_pkg_{uuid.uuid4().hex[:10]}"}
-    yield names
-    with connect(pg_dsn, "public", autocommit=True) as conn:
-        drop_schema(conn, names["schema"])
+def own(bare_schema):
+    """A schema name (nothing created yet; dropped afterwards) and a queue name of this test's own."""
+    return {"schema": bare_schema, "queue": f"rlq_pkg_{uuid.uuid4().hex[:10]}"}
 
 
 def _installed_here(venv: Venv) -> dict:

@@ -8,7 +8,6 @@ with one line, writing nothing; `web` checks at start, and a request that later 
 from __future__ import annotations
 
 import json
-import uuid
 
 import psycopg
 import pytest
@@ -45,40 +44,27 @@ def schema_exists(pg_dsn: str, schema: str) -> bool:
         return conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", (schema,)).fetchone()[0]
 
 
-@pytest.fixture
-def empty_schema(pg_dsn):
-    """A schema name nothing created (dropped afterwards, should a command have made it)."""
-    name = f"t_none_{uuid.uuid4().hex[:10]}"
-    yield name
-    with connect(pg_dsn, "public", autocommit=True) as conn:
-        drop_schema(conn, name)
-
-
 def test_the_check_covers_every_command_that_reads_the_tables():
     assert set(ARGS) == set(cli.COMMANDS) - {"migrate", "preview", "demo"}
 
 
 @pytest.mark.parametrize("command", sorted(ARGS))
-def test_every_command_on_an_unmigrated_schema_exits_2_in_one_line(capsys, pg_dsn, empty_schema, command):
-    code, out, err = run(capsys, pg_dsn, empty_schema, command, *ARGS[command])
-    assert (code, out, err.splitlines()) == (2, "", [missing_line(empty_schema)])
-    assert not schema_exists(pg_dsn, empty_schema)  # nothing was written
+def test_every_command_on_an_unmigrated_schema_exits_2_in_one_line(capsys, pg_dsn, bare_schema, command):
+    code, out, err = run(capsys, pg_dsn, bare_schema, command, *ARGS[command])
+    assert (code, out, err.splitlines()) == (2, "", [missing_line(bare_schema)])
+    assert not schema_exists(pg_dsn, bare_schema)  # nothing was written
 
 
 @pytest.fixture
-def foreign(pg_dsn):
+def foreign(pg_dsn, bare_schema):
     """A schema of another application: a Rails-like schema_migrations (text versions) and its own jobs table."""
-    name = f"t_app_{uuid.uuid4().hex[:10]}"
     with connect(pg_dsn, "public", autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE TABLE {}.schema_migrations (version varchar PRIMARY KEY)")
-                     .format(sql.Identifier(name)))
-        conn.execute(sql.SQL("INSERT INTO {}.schema_migrations VALUES ('20240101120000')").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE TABLE {}.jobs (id bigserial PRIMARY KEY, handler text)")
-                     .format(sql.Identifier(name)))
-    yield name
-    with connect(pg_dsn, "public", autocommit=True) as conn:
-        drop_schema(conn, name)
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(bare_schema)))
+    with connect(pg_dsn, bare_schema, autocommit=True) as conn:
+        conn.execute("CREATE TABLE schema_migrations (version varchar PRIMARY KEY)")
+        conn.execute("INSERT INTO schema_migrations VALUES ('20240101120000')")
+        conn.execute("CREATE TABLE jobs (id bigserial PRIMARY KEY, handler text)")
+    return bare_schema
 
 
 def test_a_foreign_schema_is_refused_in_one_line(capsys, pg_dsn, foreign):
@@ -99,18 +85,18 @@ def test_a_foreign_schema_is_refused_in_one_line(capsys, pg_dsn, foreign):
         assert conn.execute("SELECT to_regclass('calendars') IS NULL AS absent").fetchone()["absent"]
 
 
-def test_an_older_schema_asks_for_migrate_and_doctor_reports_it(capsys, pg_dsn, empty_schema):
+def test_an_older_schema_asks_for_migrate_and_doctor_reports_it(capsys, pg_dsn, bare_schema):
     with connect(pg_dsn, "public") as conn:
-        migrate(conn, empty_schema, until=LATEST - 1)
-    code, out, err = run(capsys, pg_dsn, empty_schema, "list")
+        migrate(conn, bare_schema, until=LATEST - 1)
+    code, out, err = run(capsys, pg_dsn, bare_schema, "list")
     assert (code, out, err.splitlines()) == (2, "", [
-        f'error: schema "{empty_schema}" is at migration {LATEST - 1} of {LATEST} (run `runledger-beat migrate`)'])
+        f'error: schema "{bare_schema}" is at migration {LATEST - 1} of {LATEST} (run `runledger-beat migrate`)'])
     # doctor keeps its report: the pending migration is its warning.
-    code, out, _ = run(capsys, pg_dsn, empty_schema, "doctor", "--json")
+    code, out, _ = run(capsys, pg_dsn, bare_schema, "doctor", "--json")
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
     assert checks["migrations"]["verdict"] == "warn" and "not applied" in checks["migrations"]["detail"]
-    assert run(capsys, pg_dsn, empty_schema, "migrate")[0] == 0
-    code, out, err = run(capsys, pg_dsn, empty_schema, "list")
+    assert run(capsys, pg_dsn, bare_schema, "migrate")[0] == 0
+    code, out, err = run(capsys, pg_dsn, bare_schema, "list")
     assert (code, out.strip(), err) == (0, "no schedules", "")
 
 

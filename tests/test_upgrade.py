@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from runledger_beat.db import connect, drop_schema, migrate, migration_files
+from runledger_beat.db import connect, migrate, migration_files
 
 from .e2e import delete_queue, prepare
 from .procs import ROOT, start_beat
@@ -120,19 +119,11 @@ def cli(pg_dsn: str, schema: str, *argv: str) -> subprocess.CompletedProcess:
                           timeout=120, cwd=ROOT)
 
 
-@pytest.fixture
-def old_schema(pg_dsn):
-    name = f"t_up_{uuid.uuid4().hex[:10]}"
-    yield name
-    with connect(pg_dsn, "public", autocommit=True) as conn:
-        drop_schema(conn, name)
-
-
 @pytest.mark.parametrize("level", range(1, LATEST), ids=[f"from-{v:04d}" for v, _, _ in SHIPPED[:-1]])
-def test_a_database_at_an_earlier_level_migrates_without_loss_and_fires(pg_dsn, old_schema, amqp_url, level):
+def test_a_database_at_an_earlier_level_migrates_without_loss_and_fires(pg_dsn, bare_schema, amqp_url, level):
     with connect(pg_dsn, "public") as conn:
-        migrate(conn, old_schema, until=level)
-    db = connect(pg_dsn, old_schema, autocommit=True)
+        migrate(conn, bare_schema, until=level)
+    db = connect(pg_dsn, bare_schema, autocommit=True)
     try:
         for since, statement in SEED:
             if since <= level:
@@ -143,13 +134,13 @@ def test_a_database_at_an_earlier_level_migrates_without_loss_and_fires(pg_dsn, 
             level >= 4)
 
         # The command line asks for the migration first, then runs it: the missing ones, in order.
-        asked = cli(pg_dsn, old_schema, "list")
+        asked = cli(pg_dsn, bare_schema, "list")
         assert (asked.returncode, asked.stderr.strip()) == (
-            2, f'error: schema "{old_schema}" is at migration {level} of {LATEST} (run `runledger-beat migrate`)')
-        done = cli(pg_dsn, old_schema, "migrate")
+            2, f'error: schema "{bare_schema}" is at migration {level} of {LATEST} (run `runledger-beat migrate`)')
+        done = cli(pg_dsn, bare_schema, "migrate")
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "applied: " + ", ".join(name for v, name, _ in SHIPPED if v > level)
-        again = cli(pg_dsn, old_schema, "migrate")
+        again = cli(pg_dsn, bare_schema, "migrate")
         assert again.stdout.strip() == "applied: nothing (up to date)"
 
         recorded = db.execute("SELECT version, name FROM schema_migrations ORDER BY applied_at, version").fetchall()
@@ -167,7 +158,7 @@ def test_a_database_at_an_earlier_level_migrates_without_loss_and_fires(pg_dsn, 
 
         # A real beat on the migrated database fires every schedule that should fire, and only those.
         migrated_at = db.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
-        env, queue = prepare(db, pg_dsn, old_schema, amqp_url)
+        env, queue = prepare(db, pg_dsn, bare_schema, amqp_url)
         beat = start_beat(env, f"upgrade-beat-{level}")
         expected = {name for name, since in FIRES.items() if since <= level}
         try:
