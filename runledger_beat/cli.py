@@ -6,6 +6,13 @@ Schema: --schema, else env RUNLEDGER_SCHEMA, else "runledger". The global
 options (--dsn, --schema, --app) go before or after the subcommand.
 Exit codes: 0 done; 2 bad usage or validation ("error: <field>: <reason>" on
 stderr, nothing written); 1 runtime failure (one line, never the password).
+Every command that reads the tables (all but migrate, preview and demo) first
+checks the schema: one without the runledger tables, or at an older migration,
+exits 2 with 'error: schema "<schema>" has no runledger tables (run
+`runledger-beat migrate`)' (or '... is at migration N of M ...'); a database
+newer than this code exits 2 with its refusal line. A command whose extra is
+not installed (web, demo) exits 2 with "<command>: needs <package> (pip install
+'runledger-beat[<extra>]')". ``runledger-beat --version`` prints the version.
 
 ``--json`` shapes (datetimes RFC 3339 UTC strings, ids strings):
 
@@ -49,11 +56,13 @@ import psycopg
 
 from . import api
 from .db.connect import APPLICATION_NAME, connect
-from .db.migrate import migrate
+from .db.migrate import migrate, require_schema
 from .db.redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
 from .errors import ConfigError, ScheduleError, UsageError
+from .extras import require
 from .ops.output import jsonable
 from .timing.formats import format_rfc3339, parse_duration
+from .version import __version__
 
 #: The application_name of the command line's database sessions (the audit log and pause notes show it).
 CLI_APPLICATION_NAME = "runledger-beat"
@@ -293,11 +302,9 @@ def cmd_web(args: argparse.Namespace, dsn: str) -> int:
     if token is not None and len(token) < 16:
         print("warning: RUNLEDGER_WEB_TOKEN is shorter than 16 characters; use a long random one "
               "(python -c 'import secrets; print(secrets.token_urlsafe(32))')", file=sys.stderr)
-    try:
-        from .ops.web import serve
-        serve(dsn, args.schema, args.host, args.port, token)
-    except ImportError as exc:
-        raise UsageError(f"web: {exc.name or exc} is not installed (pip install 'runledger-beat[web]')") from None
+    from .ops.web import serve
+    serve(dsn, args.schema, args.host, args.port, token)
+    return 0
 
 
 def cmd_backfill(args: argparse.Namespace, dsn: str) -> int:
@@ -369,6 +376,12 @@ def cmd_demo(args: argparse.Namespace, dsn: str) -> int:
 
 #: Commands that need no database.
 _OFFLINE = {"preview", "demo"}
+#: Commands that do not read the runledger tables (migrate makes them); the others check the schema first.
+_NO_TABLES = _OFFLINE | {"migrate"}
+#: Commands that report an unreachable database themselves (a probe's exit 1, doctor's FAIL line).
+_REPORT_UNREACHABLE = {"health", "doctor"}
+#: Commands that need an extra, checked before anything else.
+_EXTRA_OF = {"web": "web", "demo": "embedded"}
 COMMANDS: dict[str, Callable[[argparse.Namespace, str], int]] = {
     name.removeprefix("cmd_"): fn for name, fn in globals().items() if name.startswith("cmd_")}
 
@@ -477,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runledger-beat",
                                      description="Manage runledger_beat schedules and read the ledger.")
     _global_options(parser, top=True)
+    parser.add_argument("--version", action="version", version=f"runledger-beat {__version__}")
     p = _subcommands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do"))
     _definition_args(p["add"], update=False)
     _definition_args(p["update"], update=True)
@@ -519,6 +533,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_schema(args: argparse.Namespace, dsn: str) -> None:
+    """ConfigError in one line unless the schema holds the runledger tables at the shipped migration."""
+    timeout = max(1, min(5, int(args.max_age))) if args.command == "health" else 5
+    try:
+        conn = connect(dsn, args.schema, autocommit=True, connect_timeout=timeout,
+                       application_name="runledger_beat.cli")
+    except psycopg.OperationalError:
+        if args.command in _REPORT_UNREACHABLE:
+            return
+        raise
+    with conn:
+        # doctor's report says which migrations are pending itself
+        require_schema(conn, args.schema, up_to_date=args.command != "doctor")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code."""
     parser = build_parser()
@@ -529,8 +558,12 @@ def main(argv: list[str] | None = None) -> int:
     dsn = ""
     token = APPLICATION_NAME.set(CLI_APPLICATION_NAME)
     try:
+        if args.command in _EXTRA_OF:
+            require(args.command, _EXTRA_OF[args.command], UsageError)
         if args.command not in _OFFLINE:
             dsn = _dsn(args)
+        if args.command not in _NO_TABLES:
+            check_schema(args, dsn)
         return COMMANDS[args.command](args, dsn)
     except ScheduleError as exc:
         print(f"error: {exc.field}: {exc.reason}", file=sys.stderr)

@@ -18,6 +18,7 @@ from typing import Any
 from .db.connect import DEFAULT_SCHEMA, check_schema_name
 from .db.redaction import hide_dsn_settings
 from .errors import ConfigError
+from .extras import require
 
 # Mask runledger_dsn (any *DSN* setting) in `celery inspect conf`, Flower and app.conf.table(censored=True):
 # Celery's own pattern (celery.app.utils.HIDDEN_SETTINGS) covers PASS/SECRET/DATABASE... but not DSN.
@@ -110,7 +111,9 @@ def _sent_events(value: Any, key: str, conf: Any) -> bool:
 def _metrics_port(value: Any, key: str, conf: Any) -> int | None:
     if value is None:
         return None
-    return _number(int, 0, 65535, " (a TCP port)")(value, key, conf)
+    port = _number(int, 0, 65535, " (a TCP port)")(value, key, conf)
+    require(key, "metrics", ConfigError)  # beat exits at start with the one line
+    return port
 
 
 def _host(value: Any, key: str, conf: Any) -> str:

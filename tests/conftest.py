@@ -35,6 +35,15 @@ def schema(pg_dsn: str):
 
 
 @pytest.fixture
+def bare_schema(pg_dsn: str):
+    """The name of a schema nothing created yet (the test migrates it, or not); dropped afterwards."""
+    name = f"t_bare_{uuid.uuid4().hex[:12]}"
+    yield name
+    with connect(pg_dsn, "public", autocommit=True) as conn:
+        drop_schema(conn, name)
+
+
+@pytest.fixture
 def db(pg_dsn: str, schema: str):
     """An autocommit connection whose search_path is the test schema."""
     conn = connect(pg_dsn, schema, autocommit=True)

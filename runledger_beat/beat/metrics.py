@@ -23,6 +23,11 @@ Metrics:
   ``runledger_quarantined_schedules``: gauges read from the database (one
   cheap statement at most every GAUGE_REFRESH seconds).
 - ``runledger_last_tick_timestamp_seconds``: when this beat last did a round of work.
+- ``runledger_build_info{version}``: always 1; ``version`` is ``runledger_beat.__version__``, as
+  ``runledger-beat --version`` and the ``beats`` table show it.
+
+prometheus-client is the ``metrics`` extra: ``settings.load`` refuses a ``runledger_metrics_port``
+without it (beat exits at start with one line), so it is imported here only once a port is set.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from __future__ import annotations
 import contextlib
 import logging
 from typing import Any
+
+from ..version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +97,8 @@ class PrometheusMetrics(NoMetrics):
                                   "failures.", registry=self.registry)
         self._last_tick = Gauge("runledger_last_tick_timestamp_seconds", "Unix time of this beat's last round "
                                 "of work.", registry=self.registry)
+        Gauge("runledger_build_info", "Always 1; the label is the runledger_beat version.", ["version"],
+              registry=self.registry).labels(__version__).set(1)
         self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         self.port = self._server.server_port
 
@@ -129,10 +138,6 @@ def from_settings(settings: Any) -> NoMetrics:
     host = getattr(settings, "metrics_host", "127.0.0.1")
     try:
         metrics = PrometheusMetrics(host, port)
-    except ImportError:
-        log.error("runledger: runledger_metrics_port is set but prometheus-client is not installed "
-                  "(pip install 'runledger-beat[metrics]'); metrics are off for this beat")
-        return NoMetrics()
     except OSError as exc:
         log.error("runledger: cannot serve metrics on %s:%s (%s); metrics are off for this beat", host, port, exc)
         return NoMetrics()

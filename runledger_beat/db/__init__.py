@@ -20,10 +20,10 @@ from .loaders import (
     is_unreadable,
     register_safe_loaders,
 )
-from .migrate import check_version, drop_schema, migrate, migration_files, schema_ready
+from .migrate import check_version, drop_schema, migrate, migration_files, require_schema, schema_ready
 from .redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
 
 __all__ = ["APPLICATION_NAME", "DEFAULT_SCHEMA", "OUT_OF_RANGE_HIGH", "OUT_OF_RANGE_LOW", "OUT_OF_RANGE_REASON",
            "UNREADABLE_JSON", "ConfigError", "check_schema_name", "check_version", "connect", "drop_schema",
            "dsn_has_password", "is_out_of_range", "is_unreadable", "migrate", "migration_files", "read_dsn_file",
-           "redact_dsn", "register_safe_loaders", "safe_error", "schema_ready", "set_search_path"]
+           "redact_dsn", "register_safe_loaders", "require_schema", "safe_error", "schema_ready", "set_search_path"]

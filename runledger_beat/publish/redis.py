@@ -24,7 +24,6 @@ from typing import Any
 
 from kombu.common import maybe_declare
 from kombu.utils.json import dumps
-from redis.exceptions import ResponseError
 
 from .amqp import CaptureChannel, CaptureProducer
 from .fires import Fire, Outgoing
@@ -141,6 +140,8 @@ class RedisPublisher:
         commands or CHUNK_BYTES, one write each, then one reply is read per
         command: what redis-py's pipeline does, without its per-command Python.
         """
+        from redis.exceptions import ResponseError  # only on this road: a base install has no redis-py
+
         sent: list = []
         failed: list[tuple[Fire, str]] = []
         pool = self.channel.client.connection_pool
@@ -156,7 +157,7 @@ class RedisPublisher:
                     end += 1
                 try:
                     conn.send_packed_command([b"".join(packed)], check_health=False)
-                    replies = iter([_reply(conn) for _ in packed])
+                    replies = iter([_reply(conn, ResponseError) for _ in packed])
                 except Exception as exc:  # the connection: nothing of this round on is known to be queued
                     conn.disconnect()
                     failed.extend((o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing[start:])
@@ -189,9 +190,9 @@ def _connection(pool: Any) -> Any:
         return pool.get_connection("LPUSH")
 
 
-def _reply(conn: Any) -> Any:
-    """One reply; a command Redis refused gives its error instead of raising it."""
+def _reply(conn: Any, refused: type[Exception]) -> Any:
+    """One reply; a command Redis refused (``refused``: redis-py's ResponseError) gives its error, not raised."""
     try:
         return conn.read_response()
-    except ResponseError as exc:
+    except refused as exc:
         return exc

@@ -9,6 +9,7 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from runledger_beat import __version__
 from runledger_beat.beat import metrics
 from runledger_beat.settings import load
 
@@ -52,6 +53,7 @@ def test_metrics_match_the_ledger_while_fires_flow(db, pg_dsn, schema, amqp_url)
     try:
         first = wait_for(lambda: scrape(port), timeout=30, message="/metrics to answer")
         assert first[("runledger_quarantined_schedules", ())] == 0
+        assert first[("runledger_build_info", (("version", __version__),))] == 1
         wait_for(lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE sent_at IS NOT NULL") >= 6, timeout=30,
                  message="fires flowing")
         db.execute("UPDATE job_schedules SET is_active = false")

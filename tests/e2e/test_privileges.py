@@ -168,6 +168,13 @@ def test_newer_database_is_refused_in_one_line(pg_dsn, schema, db):
             assert str(info.value) == NEWER_LINE
 
 
+def test_the_command_line_refuses_a_newer_database_in_one_line(pg_dsn, schema, db):
+    _mark_newer(db)
+    for command in ("list", "migrate"):
+        done = _cli(pg_dsn, schema, command)
+        assert (done.returncode, done.stdout, done.stderr.splitlines()) == (2, "", [f"error: {NEWER_LINE}"]), command
+
+
 @pytest.mark.parametrize("auto_migrate", [True, False], ids=["auto-migrate", "no-auto-migrate"])
 def test_beat_exits_1_on_a_newer_database(pg_dsn, schema, db, amqp_url, auto_migrate):
     _mark_newer(db)

@@ -24,10 +24,10 @@ CREATE TABLE IF NOT EXISTS executions (
 class Proc:
     """A started celery subprocess with its log file."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], name: str) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], name: str, cwd: Path = ROOT) -> None:
         self.log_path = Path(tempfile.mkstemp(prefix=f"rl-{name}-", suffix=".log")[1])
         self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed by stop()
-        self.popen = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+        self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
 
     def log(self) -> str:

@@ -35,3 +35,11 @@ INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
 -- schema_ready --
 -- Whether the schema holds the tables (used when auto-migrate is off).
 SELECT to_regclass(%(table)s) IS NOT NULL AS ready;
+
+-- runledger_tables --
+-- Whether a schema holds the migrations table, job_schedules and jobs; read from the catalog, so a role
+-- without privileges on the schema gets an answer too (the command line checks it before any command).
+SELECT count(*) = 3 AS present
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = %(schema)s AND c.relname IN ('schema_migrations', 'job_schedules', 'jobs')
+   AND c.relkind IN ('r', 'p');
