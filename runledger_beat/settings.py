@@ -1,9 +1,9 @@
 """The Celery settings runledger_beat reads (``runledger_*`` in ``app.conf``), their defaults and checks.
 
-README.md's "Settings" table says what each one means. A new setting gets a
+docs/reference/settings.md says what each one means. A new setting gets a
 default in ``_DEFAULTS``, a field on ``Settings``, a checked line in ``load()``
-and a row in that table; a bad value raises ConfigError naming it, and beat
-exits with that one line.
+and a row in that page and in the README's table (tests/test_docs.py checks
+both); a bad value raises ConfigError naming it, and beat exits with that one line.
 """
 
 from __future__ import annotations

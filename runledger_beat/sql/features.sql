@@ -1,4 +1,4 @@
--- Schedule features (issue 14): pause notes, the audit log, backfill, skip dates and calendars,
+-- Schedule features: pause notes, the audit log, backfill, skip dates and calendars,
 -- and the buffer_one / cancel_other overlap policies. Named statements, run only through store.Store.
 
 -- feature_pause_schedule --
