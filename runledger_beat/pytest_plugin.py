@@ -14,8 +14,7 @@ Fixtures:
   (``pip install 'runledger-beat[embedded]'``) for the session.
 
 Use them with ``runledger_beat.testing.run_due`` to check that a schedule
-fires when you mean it to, with the arguments you mean (README: "Testing your
-schedules").
+fires when you mean it to, with the arguments you mean (docs/testing.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``SETTINGS`` is the table: a setting's name (``runledger_<name>`` in ``app.conf``, upper case accepted too),
 its default, and the check that turns the configured value into the one used; ``load()`` reads them all into a
 ``Settings``. A bad value raises ConfigError naming the setting, and beat exits with that one line. A new
-setting is a row in ``SETTINGS``, a field on ``Settings`` and a row in the docs' settings reference.
+setting is a row in ``SETTINGS``, a field on ``Settings``, and a row in docs/reference/settings.md and in the
+README's table (tests/unit/test_docs.py checks both).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Screenshot the dashboard's schedules page into docs/dashboard.png (for the README).
+"""Screenshot the dashboard's schedules page into docs/img/dashboard.png (for the docs' dashboard page).
 
-    python scripts/screenshot_dashboard.py [--dsn DSN] [--out docs/dashboard.png] [--page /]
+    python scripts/screenshot_dashboard.py [--dsn DSN] [--out docs/img/dashboard.png] [--page /]
 
 Creates a throwaway schema with a few sample schedules and ledger rows, serves
 `runledger-beat web` on a free port, photographs the page in headless Chromium
@@ -89,7 +89,7 @@ def _shoot(url: str, out: Path, chromium: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=os.environ.get("RUNLEDGER_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
-    parser.add_argument("--out", default=str(ROOT / "docs" / "dashboard.png"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "img" / "dashboard.png"))
     parser.add_argument("--page", default="/", help="which page to photograph (default /)")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     args = parser.parse_args()

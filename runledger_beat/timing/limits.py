@@ -1,7 +1,7 @@
 """The limits every schedule and ledger row must keep, as Python constants.
 
 ``sql/migrations/0002_constraints.sql`` mirrors them as CHECK constraints on
-``job_schedules`` and ``jobs`` (tests/test_constraints.py checks that the two
+``job_schedules`` and ``jobs`` (tests/db/test_constraints.py checks that the two
 agree). Python validation imports these so an error names the field before the
 database would refuse the row; the database still guards raw SQL writes.
 """

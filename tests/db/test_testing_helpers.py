@@ -1,4 +1,4 @@
-"""The pytest plugin and runledger_beat.testing.run_due: the entry point, the README example, both send paths."""
+"""The pytest plugin and runledger_beat.testing.run_due: the entry point, the documented example, both send paths."""
 
 from __future__ import annotations
 
@@ -26,10 +26,9 @@ def utc(*args):
     return datetime(*args, tzinfo=timezone.utc)
 
 
-def test_the_readme_shows_tests_test_plugin_usage_exactly():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Testing your schedules", 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+def test_the_testing_page_shows_tests_db_test_plugin_usage_exactly():
+    page = (ROOT / "docs" / "testing.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", page, re.S)
     assert block == (ROOT / "tests/db/test_plugin_usage.py").read_text()
 
 

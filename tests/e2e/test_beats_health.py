@@ -159,7 +159,7 @@ def test_a_role_that_may_not_write_beats_still_schedules(pg_dsn, schema, db, cap
     ident = sql.Identifier
     db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(ident(role)))
     try:
-        # The README's beat grants except the beats table.
+        # The beat grants of docs/security.md except the beats table.
         db.execute(sql.SQL("GRANT USAGE ON SCHEMA {s} TO {r}; GRANT SELECT, INSERT, UPDATE ON {s}.job_schedules,"
                            " {s}.jobs TO {r}; GRANT SELECT ON {s}.schema_migrations, {s}.workers TO {r};"
                            " GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.schedule_faults TO {r};"

@@ -1,4 +1,4 @@
-"""Least privilege: beat, workers and the CLI run with only the GRANTs the README lists; a newer database stops beat.
+"""Least privilege: beat, workers and the CLI run with only the documented GRANTs; a newer database stops beat.
 
 The schema is migrated by its owner (here postgres); the limited roles have no CREATE anywhere.
 """
@@ -25,7 +25,7 @@ from ..support.e2e import delete_queue, prepare
 from ..support.procs import EXECUTIONS_DDL, ROOT, celery_env, start_beat, start_worker
 from ..support.services import wait_for
 
-#: The README's GRANTs, by role ({schema} and {role} filled in). Beat also reads schema_migrations (version check).
+#: docs/security.md's GRANTs by role ({schema} and {role} filled in). Beat also reads schema_migrations (version check).
 GRANTS = {
     "beat": ["GRANT USAGE ON SCHEMA {schema} TO {role}",
              "GRANT SELECT ON {schema}.schema_migrations TO {role}",
@@ -68,7 +68,7 @@ def _grant(admin: psycopg.Connection, statements: list[str], schema: str, role: 
 
 @pytest.fixture
 def roles(pg_dsn, schema, db):
-    """Roles beat / worker / cli with only the README's GRANTs (plus the test tasks' table), dropped afterwards."""
+    """Roles beat / worker / cli with only the documented GRANTs (plus the test tasks' table), dropped afterwards."""
     suffix = uuid.uuid4().hex[:8]
     names = {kind: f"rl_{kind}_{suffix}" for kind in GRANTS}
     db.execute(EXECUTIONS_DDL)

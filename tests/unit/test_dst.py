@@ -9,7 +9,7 @@ cronsim steps hours by 3,600 s of real time, so in a zone whose transition is
 not on the hour (Lord Howe's 30-minute shift) it drifts off the wall-clock
 hours for wildcard jobs (it skips existing matches on both sides of the
 shift); those cases are judged by the brute-force Debian oracle in
-tests/test_cron_oracle.py instead and skipped here.
+tests/unit/test_cron_oracle.py instead and skipped here.
 """
 
 from __future__ import annotations

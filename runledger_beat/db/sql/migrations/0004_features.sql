@@ -1,4 +1,4 @@
--- 0004: schedule features (issue 14): pause notes, the audit log, backfill, skip dates and
+-- 0004: schedule features: pause notes, the audit log, backfill, skip dates and
 -- calendars, and the buffer_one / cancel_other overlap policies.
 -- Additive only: new columns (with defaults), new tables, a trigger, and the overlap CHECK widened.
 -- Runs with search_path set to the runledger schema; names are unqualified.
