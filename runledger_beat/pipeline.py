@@ -140,6 +140,8 @@ class FirePipeline:
         self.dispatcher = Dispatcher(app, send_sent_events=settings.send_sent_events, fast=settings.fast_publish)
         self.prepared: Prepared | None = None
         self._claims: psycopg.Connection | None = None
+        self._claims_store: Store | None = None
+        self._cursor_warned = False  # the missing grant on runledger_advance_cursors was logged
         self._ledger: psycopg.Connection | None = None
         self._held: list[tuple[float, int, Outgoing]] = []  # committed, waiting for their instant
         self._held_seq = 0
@@ -189,8 +191,30 @@ class FirePipeline:
         dsn, schema = self.settings.dsn, self.settings.schema
         timeouts = self._timeouts()
         # The claim statement nulls and names out-of-range instants itself: psycopg's fast C loaders suffice.
-        self._claims = connect(dsn, schema, application_name="runledger_beat", safe_timestamps=False, **timeouts)
-        self._ledger = connect(dsn, schema, autocommit=True, application_name="runledger_beat.ledger", **timeouts)
+        try:
+            self._claims = connect(dsn, schema, application_name="runledger_beat", safe_timestamps=False, **timeouts)
+            self._ledger = connect(dsn, schema, autocommit=True, application_name="runledger_beat.ledger", **timeouts)
+            self._claims_store = Store(self._claims, cursor_function=self._cursor_function(Store(self._ledger)))
+        except BaseException:
+            self.close_connections()
+            raise
+
+    def _cursor_function(self, ledger: Store) -> bool:
+        """Whether cursors move through runledger_advance_cursors(); when this role may not call it, they move by a
+        plain UPDATE the audit log records, and beat says once which GRANT to add."""
+        state = ledger.cursor_function_state()
+        if not state["allowed"] and not self._cursor_warned:
+            self._cursor_warned = True
+            schema = self.settings.schema
+            if state["present"]:
+                log.warning("runledger: this role may not EXECUTE %s.runledger_advance_cursors, so beat moves "
+                            "cursors with a plain UPDATE and the audit log records every move as a change; "
+                            "GRANT EXECUTE ON FUNCTION %s.runledger_advance_cursors(uuid[], timestamptz[], boolean[]) "
+                            "TO %s (see `runledger-beat grants beat`)", schema, schema, ledger.conn.info.user)
+            else:
+                log.warning("runledger: %s has no runledger_advance_cursors() yet, so the audit log records every "
+                            "cursor move as a change; run `runledger-beat migrate`", schema)
+        return bool(state["allowed"])
 
     def _timeouts(self) -> dict[str, float]:
         return {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT,
@@ -204,8 +228,8 @@ class FirePipeline:
     @property
     def claims(self) -> Store:
         """The store on the claims connection (holds the open transaction)."""
-        assert self._claims is not None
-        return Store(self._claims)
+        assert self._claims_store is not None and self._claims_store.conn is self._claims
+        return self._claims_store
 
     @property
     def ledger(self) -> Store:
@@ -227,6 +251,7 @@ class FirePipeline:
                 with contextlib.suppress(Exception):
                     conn.close()
         self._claims = self._ledger = None
+        self._claims_store = None
 
     # -- one step --------------------------------------------------------------------
 
@@ -741,7 +766,8 @@ class FirePipeline:
             done = ledger.maintain_ledger(None)
         except psycopg.errors.InsufficientPrivilege as exc:
             log.warning("runledger: cannot maintain the ledger's partitions (%s); grant EXECUTE ON FUNCTION "
-                        "%s.runledger_maintain_ledger to beat's role", safe_error(exc), self.settings.schema)
+                        "%s.runledger_maintain_ledger(interval, integer) to beat's role (see `runledger-beat grants "
+                        "beat`)", safe_error(exc), self.settings.schema)
             return
         if log_partitions(done, LEDGER_RETRY):
             self._next_ledger = time.monotonic() + LEDGER_RETRY

@@ -16,6 +16,7 @@ from typing import Any
 
 from .db import DEFAULT_SCHEMA, ConfigError, check_schema_name
 from .redaction import hide_dsn_settings
+from .signing import key_from
 from .store import DEFAULT_RETENTION_SECONDS
 
 # Mask runledger_dsn (any *DSN* setting) in `celery inspect conf`, Flower and app.conf.table(censored=True):
@@ -47,6 +48,7 @@ _DEFAULTS: dict[str, Any] = {
     "runledger_retention": DEFAULT_RETENTION_SECONDS,  # seconds of ledger kept (whole UTC days); 0 keeps it all
     "runledger_metrics_port": None,  # None: no metrics server
     "runledger_metrics_host": "127.0.0.1",
+    "runledger_signing_key": None,  # None: fires are not signed (signing.py)
 }
 
 
@@ -73,6 +75,7 @@ class Settings:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     retention: float | None = DEFAULT_RETENTION_SECONDS  # None: keep the whole ledger
+    signed: bool = False  # runledger_signing_key is set (the key itself stays in app.conf, never here)
 
 
 def _get(conf: Any, key: str) -> Any:
@@ -171,4 +174,5 @@ def load(conf: Any) -> Settings:
         metrics_port=_metrics_port(conf),
         metrics_host=_metrics_host(conf),
         retention=_retention(conf),
+        signed=key_from(conf) is not None,
     )

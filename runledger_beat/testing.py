@@ -31,6 +31,7 @@ from .fires import Fire
 from .materialize import materialize_claimed, skip_overlapping
 from .messages import message_headers, publish_options
 from .payload import task_arguments
+from .signing import app_key
 from .store import Store
 
 __all__ = ["run_due"]
@@ -67,7 +68,7 @@ def run_due(app: Any, dsn: str, at: datetime, schema: str = DEFAULT_SCHEMA) -> l
 def _call_options(app: Any, fire: Fire) -> tuple[list, dict, dict[str, Any]]:
     args, kwargs = task_arguments(fire.payload)
     options = publish_options(app, fire)
-    options["headers"] = message_headers(fire, options.pop("headers", None))
+    options["headers"] = message_headers(fire, options.pop("headers", None), app_key(app))
     return args, kwargs, options
 
 

@@ -1,4 +1,5 @@
-"""Login roles holding exactly the README's grants, for tests that act as beat, a worker, the CLI or an attacker.
+"""Login roles holding exactly what `runledger-beat grants KIND ROLE` prints, for tests that act as beat, a worker,
+the CLI, the dashboard or an attacker.
 
 The schema is migrated by its owner (the test DSN's superuser); the roles made here have no CREATE anywhere.
 """
@@ -12,33 +13,13 @@ from collections.abc import Iterator
 import psycopg
 from psycopg import sql
 
+from runledger_beat.grants import KINDS, statements
+
 from .procs import EXECUTIONS_DDL
 
-#: The README's GRANTs, by role ({schema} and {role} filled in). Beat also reads schema_migrations (version check).
-GRANTS = {
-    "beat": ["GRANT USAGE ON SCHEMA {schema} TO {role}",
-             "GRANT SELECT ON {schema}.schema_migrations TO {role}",
-             "GRANT SELECT, INSERT, UPDATE ON {schema}.job_schedules, {schema}.jobs TO {role}",
-             "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.schedule_faults TO {role}",
-             "GRANT SELECT ON {schema}.workers TO {role}",
-             "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.beats TO {role}",
-             "GRANT SELECT ON {schema}.calendars TO {role}",
-             "GRANT SELECT, DELETE ON {schema}.schedule_changes TO {role}",
-             "GRANT EXECUTE ON FUNCTION {schema}.runledger_maintain_ledger TO {role}"],
-    "worker": ["GRANT USAGE ON SCHEMA {schema} TO {role}",
-               "GRANT SELECT, UPDATE ON {schema}.jobs TO {role}",
-               "GRANT SELECT, INSERT, UPDATE ON {schema}.workers TO {role}"],
-    "cli": ["GRANT USAGE ON SCHEMA {schema} TO {role}",
-            "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_schedules TO {role}",
-            "GRANT SELECT, INSERT ON {schema}.jobs TO {role}",
-            "GRANT SELECT, DELETE ON {schema}.schedule_faults TO {role}",
-            "GRANT SELECT ON {schema}.beats TO {role}",
-            "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.calendars TO {role}",
-            "GRANT SELECT ON {schema}.schedule_changes TO {role}"],
-}
 #: Only for the test tasks (tests/celeryapp.py records each execution in this table).
-TEST_TASK_GRANTS = ["GRANT SELECT, INSERT, UPDATE ON {schema}.executions TO {role}",
-                    "GRANT USAGE ON SEQUENCE {schema}.executions_n_seq TO {role}"]
+TEST_TASK_GRANTS = [sql.SQL("GRANT SELECT, INSERT, UPDATE ON {schema}.executions TO {role}"),
+                    sql.SQL("GRANT USAGE ON SEQUENCE {schema}.executions_n_seq TO {role}")]
 
 
 def role_dsn(pg_dsn: str, role: str) -> str:
@@ -47,13 +28,13 @@ def role_dsn(pg_dsn: str, role: str) -> str:
 
 
 def grant(admin: psycopg.Connection, kind: str, schema: str, role: str) -> None:
-    """Apply the README's grants of ``kind`` to ``role``."""
-    for statement in GRANTS[kind]:
-        admin.execute(statement.format(schema=sql.Identifier(schema).as_string(admin), role=role))
+    """Run what `runledger-beat grants KIND ROLE --schema SCHEMA` prints."""
+    for statement in statements(kind, role, schema):
+        admin.execute(statement)
 
 
 @contextlib.contextmanager
-def limited_roles(pg_dsn: str, schema: str, kinds: tuple[str, ...] = tuple(GRANTS)) -> Iterator[dict[str, str]]:
+def limited_roles(pg_dsn: str, schema: str, kinds: tuple[str, ...] = tuple(KINDS)) -> Iterator[dict[str, str]]:
     """One login role per kind with only that kind's grants (the worker may also record test executions);
     {kind: role name}. Dropped afterwards, their sessions ended first."""
     suffix = uuid.uuid4().hex[:8]
@@ -67,7 +48,7 @@ def limited_roles(pg_dsn: str, schema: str, kinds: tuple[str, ...] = tuple(GRANT
             grant(admin, kind, schema, role)
         if "worker" in names:
             for statement in TEST_TASK_GRANTS:
-                admin.execute(statement.format(schema=sql.Identifier(schema).as_string(admin), role=names["worker"]))
+                admin.execute(statement.format(schema=sql.Identifier(schema), role=sql.Identifier(names["worker"])))
         yield names
     finally:
         for role in names.values():

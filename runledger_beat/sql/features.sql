@@ -98,14 +98,15 @@ RETURNING f.id;
 -- overlap_release_buffered --
 -- A buffered fire whose schedule has no live run any more becomes pending with released_at set, so the caller
 -- publishes it (the worker hook), else the recovery sweep does at once. With %(job_id)s only the schedule of that
--- finished run; NULL: every schedule (the sweep). The earliest buffered fire of a schedule goes first.
+-- finished run of task %(task)s; NULL: every schedule (the sweep). The earliest buffered fire of a schedule goes first.
 UPDATE jobs j
    SET status = 'pending', released_at = statement_timestamp(), last_error = NULL
   FROM (SELECT b.id
           FROM jobs b
          WHERE b.status = 'buffered'
            AND (%(job_id)s::uuid IS NULL
-                OR b.schedule_id = (SELECT r.schedule_id FROM jobs r WHERE r.id = %(job_id)s::uuid))
+                OR b.schedule_id = (SELECT r.schedule_id FROM jobs r
+                                     WHERE r.id = %(job_id)s::uuid AND r.job_type = %(task)s::text))
            AND NOT EXISTS (SELECT 1 FROM jobs p
                             WHERE p.schedule_id = b.schedule_id
                               AND p.status IN ('pending', 'sent', 'received', 'started', 'retry'))

@@ -110,9 +110,20 @@ SELECT f.id, s.id, s.name, f.scheduled_for, s.job_type,
 ON CONFLICT (schedule_id, scheduled_for) WHERE stage = 'scheduled' DO NOTHING
 RETURNING id;
 
+-- advance_cursors_as_beat --
+-- Move each claimed schedule's cursor through runledger_advance_cursors() (migration 0008): advance_cursors's
+-- UPDATE with the owner's rights, which the audit trigger tells apart as beat's own and does not log.
+SELECT runledger_advance_cursors(%(ids)b::uuid[], %(next_fire_ats)b::timestamptz[], %(fired)b::boolean[]) AS moved;
+
+-- cursor_function --
+-- Whether runledger_advance_cursors() exists in the schema, and whether this role may call it.
+SELECT f IS NOT NULL AS present, coalesce(has_function_privilege(f, 'EXECUTE'), false) AS allowed
+  FROM to_regprocedure('runledger_advance_cursors(uuid[], timestamptz[], boolean[])') AS f;
+
 -- advance_cursors --
 -- Move each claimed schedule's cursor; a schedule with no next fire is deactivated. A fire recorded ahead
--- counts as fired at its instant (s.next_fire_at here is the slot just recorded).
+-- counts as fired at its instant (s.next_fire_at here is the slot just recorded). For a role that may not call
+-- runledger_advance_cursors(): the audit log records these moves as changes.
 UPDATE job_schedules s
    SET next_fire_at  = u.next_fire_at,
        last_fired_at = CASE WHEN u.fired THEN greatest(statement_timestamp(), s.next_fire_at)
@@ -378,11 +389,12 @@ RETURNING name;
 
 -- worker_claim_job --
 -- A worker starts a run: atomically move a not-yet-started ledger row to started (the duplicate guard). A row marked
--- lost while its message waited in a long queue starts all the same.
+-- lost while its message waited in a long queue starts all the same. Every worker statement matches the row by id
+-- and task name (job_type): a message of another task that names the row's id changes nothing.
 UPDATE jobs
    SET status = 'started', started_at = now(), worker = %(worker)s,
        retries = GREATEST(retries, %(retries)s), finished_at = NULL
- WHERE id = %(id)s
+ WHERE id = %(id)s AND job_type = %(task)s
    AND (status IN ('pending', 'sent', 'retry') OR (status = 'lost' AND started_at IS NULL))
 RETURNING id;
 
@@ -395,7 +407,7 @@ ON CONFLICT (hostname) DO UPDATE SET pid = excluded.pid, seen_at = excluded.seen
 -- A delivery of a run already started or finished: count it; no row returned means no ledger row.
 UPDATE jobs
    SET duplicates = duplicates + 1
- WHERE id = %(id)s
+ WHERE id = %(id)s AND job_type = %(task)s
 RETURNING status;
 
 -- worker_mark_retry --
@@ -404,25 +416,25 @@ UPDATE jobs
    SET status = CASE WHEN retries < %(retries)s THEN 'retry' ELSE status END,
        retries = GREATEST(retries, %(retries)s),
        last_error = %(error)s
- WHERE id = %(id)s AND status IN ('pending', 'sent', 'started', 'retry');
+ WHERE id = %(id)s AND job_type = %(task)s AND status IN ('pending', 'sent', 'started', 'retry');
 
 -- worker_mark_success --
 -- A run finished successfully (a retry's reason stays in last_error).
 UPDATE jobs
    SET status = 'success', finished_at = now()
- WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
+ WHERE id = %(id)s AND job_type = %(task)s AND status NOT IN ('success', 'failure', 'revoked');
 
 -- worker_mark_failure --
 -- A run failed: keep the exception type and message.
 UPDATE jobs
    SET status = 'failure', finished_at = now(), last_error = %(error)s
- WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
+ WHERE id = %(id)s AND job_type = %(task)s AND status NOT IN ('success', 'failure', 'revoked');
 
 -- worker_mark_revoked --
 -- A run was revoked (or expired) before or while running.
 UPDATE jobs
    SET status = 'revoked', finished_at = now(), last_error = coalesce(%(error)s, last_error)
- WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
+ WHERE id = %(id)s AND job_type = %(task)s AND status NOT IN ('success', 'failure', 'revoked');
 
 -- mark_lost_runs --
 -- Started runs older than their time_limit option (else %(default_bound)s seconds) become lost.
