@@ -33,103 +33,11 @@ SELECT DISTINCT a.grantee
  WHERE p.oid = 'runledger_maintain_ledger(interval, integer, timestamptz)'::regprocedure
    AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner;
 
-DROP FUNCTION runledger_maintain_ledger(interval, integer, timestamptz);
-
--- Day partitions ahead (and yesterday's), old ones dropped past the retention, the default partition's old
--- rows deleted in batches, as of ``as_of``; see runledger_maintain_ledger(retention, days_ahead) below for
--- what beats call. It runs with its caller's rights: only the owner (or a superuser) can create or drop a
--- partition with it. Attaching a partition locks job_schedules (SHARE ROW EXCLUSIVE, for the foreign key)
--- and dropping one locks jobs, which a beat preparing an instant holds: so DDL is done only under the prepare
--- lock (not waited for: 'busy', try again) and waits 100 ms at most for any other lock. When nothing is due
--- it takes no lock at all. One caller at a time.
-CREATE FUNCTION runledger_maintain_ledger_as_of(retention interval, days_ahead integer, as_of timestamptz)
-RETURNS TABLE (action text, partition_name text) LANGUAGE plpgsql AS $$
-DECLARE
-    today timestamptz := date_trunc('day', as_of AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
-    covered_until timestamptz;
-    day_start timestamptz;
-    part_name text;
-    part record;
-    removed bigint;
-    locked boolean := false;
-BEGIN
-    IF retention < interval '1 day' THEN
-        RAISE EXCEPTION 'runledger_retention must be at least one day, not %', retention
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF days_ahead IS NULL OR days_ahead NOT BETWEEN 1 AND 366 THEN
-        RAISE EXCEPTION 'days_ahead must be 1 to 366, not %', days_ahead USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('runledger_beat.ledger.' || current_schema(), 0)) THEN
-        RETURN;  -- another caller is at it
-    END IF;
-    PERFORM set_config('lock_timeout', '100ms', true);
-    -- Days below an attached pre-partitioning ledger are its own.
-    SELECT max(to_date(substr(c.relname, 13), 'YYYYMMDD')::timestamp AT TIME ZONE 'UTC') INTO covered_until
-      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-     WHERE i.inhparent = 'jobs'::regclass AND c.relname ~ '^jobs_before_[0-9]{8}$';
-
-    FOR i IN -1 .. days_ahead LOOP
-        day_start := today + make_interval(days => i);
-        part_name := 'jobs_p' || to_char(day_start AT TIME ZONE 'UTC', 'YYYYMMDD');
-        CONTINUE WHEN to_regclass(part_name) IS NOT NULL OR day_start < covered_until;
-        IF NOT locked THEN
-            locked := pg_try_advisory_xact_lock(hashtextextended('runledger_beat.prepare.' || current_schema(), 0));
-            IF NOT locked THEN
-                action := 'busy'; partition_name := part_name; RETURN NEXT;
-                RETURN;
-            END IF;
-        END IF;
-        BEGIN
-            EXECUTE format('CREATE TABLE %I (LIKE jobs_default INCLUDING ALL)', part_name);
-            -- Rows written to the default while the day had no partition move into it.
-            EXECUTE format('WITH moved AS (DELETE FROM jobs_default WHERE scheduled_for >= $1 AND scheduled_for < $2'
-                           ' RETURNING *) INSERT INTO %I SELECT * FROM moved', part_name)
-                USING day_start, day_start + interval '1 day';
-            EXECUTE format('ALTER TABLE jobs ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
-                           part_name, day_start, day_start + interval '1 day');
-            action := 'created'; partition_name := part_name; RETURN NEXT;
-        EXCEPTION
-            WHEN invalid_object_definition THEN NULL;  -- overlaps a partition made by hand
-            WHEN lock_not_available THEN action := 'busy'; partition_name := part_name; RETURN NEXT;
-        END;
-    END LOOP;
-
-    IF retention IS NULL THEN
-        RETURN;
-    END IF;
-    FOR part IN
-        SELECT c.relname,
-               (CASE WHEN c.relname LIKE 'jobs\_p%' THEN to_date(substr(c.relname, 7), 'YYYYMMDD') + 1
-                     ELSE to_date(substr(c.relname, 13), 'YYYYMMDD') END)::timestamp AT TIME ZONE 'UTC' AS ends
-          FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-         WHERE i.inhparent = 'jobs'::regclass
-           AND (c.relname ~ '^jobs_p[0-9]{8}$' OR c.relname ~ '^jobs_before_[0-9]{8}$')
-         ORDER BY ends
-    LOOP
-        EXIT WHEN part.ends > as_of - retention;
-        IF NOT locked THEN
-            locked := pg_try_advisory_xact_lock(hashtextextended('runledger_beat.prepare.' || current_schema(), 0));
-            IF NOT locked THEN
-                action := 'busy'; partition_name := part.relname; RETURN NEXT;
-                RETURN;
-            END IF;
-        END IF;
-        BEGIN
-            EXECUTE format('DROP TABLE %I', part.relname);
-            action := 'dropped'; partition_name := part.relname; RETURN NEXT;
-        EXCEPTION WHEN lock_not_available THEN
-            action := 'busy'; partition_name := part.relname; RETURN NEXT;
-        END;
-    END LOOP;
-    DELETE FROM jobs_default WHERE ctid = ANY (ARRAY(
-        SELECT ctid FROM jobs_default WHERE coalesce(scheduled_for, created_at) < as_of - retention LIMIT 10000));
-    GET DIAGNOSTICS removed = ROW_COUNT;
-    IF removed > 0 THEN
-        action := 'deleted ' || removed; partition_name := 'jobs_default'; RETURN NEXT;
-    END IF;
-END
-$$;
+-- The maintenance as of a chosen day becomes the owner's own: renamed (its body, defaults and pinned search_path
+-- stay as 0006 made them), run with its caller's rights, and executable by no one else (below). Only the owner
+-- (or a superuser) can create or drop a partition with it.
+ALTER FUNCTION runledger_maintain_ledger(interval, integer, timestamptz) RENAME TO runledger_maintain_ledger_as_of;
+ALTER FUNCTION runledger_maintain_ledger_as_of(interval, integer, timestamptz) SECURITY INVOKER;
 
 -- What beats call (at start, then hourly) and `runledger-beat ledger --maintain`: the maintenance as of now(),
 -- with the owner's rights, so beat's role needs only EXECUTE. days_ahead is 1 to 31; retention is at least a
@@ -147,8 +55,6 @@ $$;
 
 DO $$
 BEGIN
-    EXECUTE format('ALTER FUNCTION runledger_maintain_ledger_as_of(interval, integer, timestamptz)'
-                   ' SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION runledger_maintain_ledger(interval, integer)'
                    ' SET search_path = %I, pg_temp', current_schema());
 END
