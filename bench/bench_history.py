@@ -104,7 +104,7 @@ def filled_schema(rows: int, keep: bool) -> str:
         if rows:
             began = time.monotonic()
             # The day partitions a beat running through those 30 days would have made.
-            db.execute("SELECT count(*) FROM runledger_maintain_ledger(NULL, 38, now() - interval '31 days')")
+            db.execute("SELECT count(*) FROM runledger_maintain_ledger_as_of(NULL, 38, now() - interval '31 days')")
             for lo in range(1, rows + 1, FILL_CHUNK):
                 db.execute(FILL, {"lo": lo, "hi": min(rows, lo + FILL_CHUNK - 1), "n": rows})
                 print(f"filled {min(rows, lo + FILL_CHUNK - 1):,} of {rows:,} rows"

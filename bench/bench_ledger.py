@@ -48,7 +48,7 @@ SELECT gen_random_uuid(), NULL, 'old-' || (g %% 500), %(day)s + interval '1 day'
 def _old_day(db, rows: int) -> tuple:
     """Day partitions 41 to 33 days ago, the oldest (the only one past a 40-day retention) filled with
     ``rows`` finished fires: (its first instant, its name)."""
-    db.execute("SELECT count(*) FROM runledger_maintain_ledger(NULL, 7, now() - interval '40 days')")
+    db.execute("SELECT count(*) FROM runledger_maintain_ledger_as_of(NULL, 7, now() - interval '40 days')")
     day = db.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
                      " - interval '41 days' AS d").fetchone()["d"]
     db.execute(FILL_DAY.format(table="jobs"), {"day": day, "n": rows})

@@ -364,6 +364,15 @@ def cmd_ledger(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 
+def cmd_grants(args: argparse.Namespace, dsn: str) -> int:
+    from .db.grants import render, statements
+    sql_text = render(args.kind, args.role, args.schema)
+    _emit(args, {"kind": args.kind, "role": args.role, "schema": args.schema,
+                 "statements": [s.as_string(None) for s in statements(args.kind, args.role, args.schema)]},
+          sql_text)
+    return 0
+
+
 def cmd_preview(args: argparse.Namespace, dsn: str) -> int:
     from .ops.preview import run_preview
     return run_preview(args)
@@ -375,7 +384,7 @@ def cmd_demo(args: argparse.Namespace, dsn: str) -> int:
 
 
 #: Commands that need no database.
-_OFFLINE = {"preview", "demo"}
+_OFFLINE = {"preview", "demo", "grants"}
 #: Commands that do not read the runledger tables (migrate makes them); the others check the schema first.
 _NO_TABLES = _OFFLINE | {"migrate"}
 #: Commands that report an unreachable database themselves (a probe's exit 1, doctor's FAIL line).
@@ -460,6 +469,7 @@ def _subcommands(sub: Any) -> dict[str, argparse.ArgumentParser]:
         "audit": "changes to schedules: who, when, what (API, CLI, raw SQL)",
         "preview": "the next fires of a timing (no database needed)",
         "ledger": "the ledger's day partitions; --maintain creates and drops them now",
+        "grants": "print the GRANT statements a role needs (beat, worker, cli, dashboard, dashboard-writer)",
         "demo": "the scheduler at work on an embedded Postgres (no services needed)"}
     parsers = {}
     for name in COMMANDS:
@@ -529,6 +539,10 @@ def build_parser() -> argparse.ArgumentParser:
     p["ledger"].add_argument("--retention", default="30d", metavar="DURATION",
                              help="with --maintain: ledger kept, at least 1d; 0 keeps it all (default 30d, "
                                   "as runledger_retention)")
+    from .db.grants import KINDS
+    p["grants"].add_argument("kind", choices=list(KINDS), metavar="KIND",
+                             help="; ".join(f"{kind}: {what}" for kind, what in KINDS.items()))
+    p["grants"].add_argument("role", metavar="ROLE", help="the role to grant to (run the output as the schema's owner)")
     p["demo"].add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
     return parser
 

@@ -20,6 +20,7 @@ from .db.connect import DEFAULT_SCHEMA, check_schema_name
 from .db.redaction import hide_dsn_settings
 from .errors import ConfigError
 from .extras import require
+from .signing import key_from
 
 # Mask runledger_dsn (any *DSN* setting) in `celery inspect conf`, Flower and app.conf.table(censored=True):
 # Celery's own pattern (celery.app.utils.HIDDEN_SETTINGS) covers PASS/SECRET/DATABASE... but not DSN.
@@ -56,6 +57,7 @@ class Settings:
     retention: float | None  # None: keep the whole ledger
     metrics_port: int | None
     metrics_host: str
+    signed: bool  # runledger_signing_key is set (the key itself stays in app.conf, never here)
 
 
 # ---------------------------------------------------------------------------
@@ -117,6 +119,10 @@ def _metrics_port(value: Any, key: str, conf: Any) -> int | None:
     return port
 
 
+def _signed(value: Any, key: str, conf: Any) -> bool:
+    return key_from(conf) is not None  # checks the key, from the setting or the environment
+
+
 def _host(value: Any, key: str, conf: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{key}: expected a host name or address, got {value!r}")
@@ -130,6 +136,12 @@ class Setting:
     name: str
     default: Any
     check: Callable[[Any, str, Any], Any]
+    into: str = ""  # the Settings field it fills, when not the same name
+
+    @property
+    def field(self) -> str:
+        """The ``Settings`` field this setting fills."""
+        return self.into or self.name
 
     @property
     def key(self) -> str:
@@ -156,11 +168,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("retention", DEFAULT_RETENTION_SECONDS, _retention),  # seconds (whole UTC days); 0 keeps it all
     Setting("metrics_port", None, _metrics_port),  # None: no metrics server
     Setting("metrics_host", "127.0.0.1", _host),
+    # Env RUNLEDGER_SIGNING_KEY too; only whether it is set is kept, the key stays in app.conf (signing.py).
+    Setting("signing_key", None, _signed, into="signed"),
 )
 #: ``runledger_<name>``: default, for every setting but the DSN (which has none).
 DEFAULTS: dict[str, Any] = {s.key: s.default for s in SETTINGS}
 _BY_NAME = {s.name: s for s in SETTINGS}
-assert {f.name for f in fields(Settings)} == {"dsn", *_BY_NAME}, "Settings and SETTINGS disagree"
+assert {f.name for f in fields(Settings)} == {"dsn", *(s.field for s in SETTINGS)}, "Settings and SETTINGS disagree"
 
 
 def _get(conf: Any, name: str) -> Any:
@@ -183,4 +197,4 @@ def load(conf: Any) -> Settings:
     if not dsn:
         raise ConfigError("runledger_dsn: not set "
                           "(set app.conf.runledger_dsn or the RUNLEDGER_DSN environment variable)")
-    return Settings(dsn=dsn, **{s.name: s.check(_get(conf, s.name), s.key, conf) for s in SETTINGS})
+    return Settings(dsn=dsn, **{s.field: s.check(_get(conf, s.name), s.key, conf) for s in SETTINGS})

@@ -32,6 +32,7 @@ from .db.connect import DEFAULT_SCHEMA, connect
 from .payload import task_arguments
 from .publish.fires import Fire
 from .publish.message import message_headers, publish_options
+from .signing import app_key
 
 __all__ = ["run_due"]
 
@@ -62,7 +63,7 @@ def run_due(app: Any, dsn: str, at: datetime, schema: str = DEFAULT_SCHEMA) -> l
 def _call_options(app: Any, fire: Fire) -> tuple[list, dict, dict[str, Any]]:
     args, kwargs = task_arguments(fire.payload)
     options = publish_options(app, fire)
-    options["headers"] = message_headers(fire, options.pop("headers", None))
+    options["headers"] = message_headers(fire, options.pop("headers", None), app_key(app))
     return args, kwargs, options
 
 

@@ -9,6 +9,13 @@ tracked; every event is one cheap UPDATE on one connection per worker process,
 opened lazily (after fork) and reopened after an error. A database problem is
 logged and never fails the task.
 
+A message acts on a ledger row only when its task id equals the row id and the
+``runledger_id`` header, and its task name equals the row's ``job_type`` (in
+the SQL of every statement): a message of another task that names a row's id
+changes nothing. With ``runledger_signing_key`` set (signing.py), only a
+message whose ``runledger_sig`` verifies acts on the ledger; any other still
+runs its task, and the process warns once.
+
 Duplicate guard: a task class's ``__call__`` is wrapped so that, before the body
 runs, the ledger row is claimed atomically (pending/sent/retry -> started). A
 delivery whose row is already started or finished skips the body and is counted
@@ -31,9 +38,11 @@ from typing import Any
 
 import psycopg
 
+from . import signing
 from .db.connect import DEFAULT_SCHEMA, connect
 from .db.redaction import safe_error
 from .db.worker_store import WorkerStore
+from .errors import ConfigError
 from .payload import LEDGER_HEADER
 from .settings import dsn_from
 
@@ -56,6 +65,7 @@ class _Ledger:
         self.lock = threading.Lock()
         self._inherited: list[Any] = []  # connections of the parent, never closed here
         self._next_report = 0.0
+        self._warned = False  # this process said once that a message was left off the ledger
 
     def reset_after_fork(self) -> None:
         # The parent's socket must not be closed (that would end its session), so keep
@@ -65,6 +75,7 @@ class _Ledger:
         self.conn = None
         self.pid = os.getpid()
         self._next_report = 0.0
+        self._warned = False
 
     def _connection(self) -> psycopg.Connection | None:
         if self.pid != os.getpid():
@@ -98,6 +109,30 @@ class _Ledger:
                 self._drop()
                 raise _LedgerUnavailable() from exc
 
+    def row_of(self, request: Any, task: Any) -> tuple[str, str] | None:
+        """(ledger id, task name) of the row this delivery may act on, or None: the ``runledger_id`` header must
+        equal the task id and, with a signing key, ``runledger_sig`` must verify. The SQL matches the task name."""
+        ledger_id = _ledger_id(request)
+        name = getattr(task, "name", None)
+        if not ledger_id or not isinstance(name, str):
+            return None
+        try:
+            key = signing.app_key(self.app)
+        except ConfigError as exc:
+            self._warn_once("runledger: %s; the ledger is left alone until it is fixed", exc)
+            return None
+        if key is not None and not signing.verify(key, ledger_id, name, _header(request, signing.SIG_HEADER)):
+            self._warn_once("runledger: a message for ledger row %s (task %s) carries no valid runledger_sig: its task "
+                            "runs, the ledger is left alone (is runledger_signing_key the same for beat and the "
+                            "workers?)", ledger_id, name)
+            return None
+        return ledger_id, name
+
+    def _warn_once(self, message: str, *args: Any) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning(message, *args)
+
     def _drop(self) -> None:
         conn, self.conn = self.conn, None
         if conn is not None:
@@ -109,18 +144,24 @@ class _LedgerUnavailable(Exception):
     pass
 
 
+def _header(request: Any, name: str) -> Any:
+    """A message header as Celery hands it to the task: an attribute of the request, else in its headers."""
+    value = getattr(request, name, None)
+    if value is None:
+        headers = getattr(request, "headers", None) or {}
+        value = headers.get(name) if isinstance(headers, dict) else None
+    return value
+
+
 def _ledger_id(request: Any) -> str | None:
-    """The ledger row this delivery runs, or None.
+    """The ledger row this delivery names, or None.
 
     Only a message whose ``runledger_id`` header equals its task id is beat's:
     any other message could otherwise mark (and suppress) a row not its own.
     """
     if request is None:
         return None
-    value = getattr(request, LEDGER_HEADER, None)
-    if not value:
-        headers = getattr(request, "headers", None) or {}
-        value = headers.get(LEDGER_HEADER) if isinstance(headers, dict) else None
+    value = _header(request, LEDGER_HEADER)
     if not value or str(value) != str(getattr(request, "id", None)):
         return None
     return str(value)
@@ -136,12 +177,12 @@ def _update(ledger: _Ledger, step: Callable[[WorkerStore], Any]) -> None:
         ledger.run(step)
 
 
-def claim(ledger: _Ledger, ledger_id: str, worker: str | None, retries: int) -> bool:
+def claim(ledger: _Ledger, ledger_id: str, task: str, worker: str | None, retries: int) -> bool:
     """Claim the row for this delivery; False only when it is a duplicate to suppress."""
     try:
-        if ledger.run(lambda store: store.start_run(ledger_id, worker, int(retries or 0))) is not False:
+        if ledger.run(lambda store: store.start_run(ledger_id, task, worker, int(retries or 0))) is not False:
             return True  # started, or no DSN configured
-        status = ledger.run(lambda store: store.count_duplicate(ledger_id))
+        status = ledger.run(lambda store: store.count_duplicate(ledger_id, task))
     except _LedgerUnavailable:
         return True  # database down: run the body normally
     if status is None:
@@ -164,9 +205,8 @@ def _wrap_task_class(task: Any, ledger: _Ledger) -> None:
 
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         request = self.request
-        ledger_id = None if getattr(request, "called_directly", True) else _ledger_id(request)
-        if ledger_id and not claim(ledger, ledger_id, getattr(request, "hostname", None),
-                                   getattr(request, "retries", 0)):
+        row = None if getattr(request, "called_directly", True) else ledger.row_of(request, self)
+        if row and not claim(ledger, *row, getattr(request, "hostname", None), getattr(request, "retries", 0)):
             with contextlib.suppress(Exception):
                 setattr(request, _DUPLICATE, True)
             return None
@@ -219,51 +259,53 @@ class _Hooks:
         if task is None or getattr(type(task).__dict__.get("__call__"), _WRAPPED, False):
             return
         request = task.request
-        ledger_id = _ledger_id(request)
-        if ledger_id:
+        row = self.ledger.row_of(request, task)
+        if row:
             worker, retries = getattr(request, "hostname", None), int(getattr(request, "retries", 0) or 0)
-            _update(self.ledger, lambda store: store.start_run(ledger_id, worker, retries))
+            _update(self.ledger, lambda store: store.start_run(*row, worker, retries))
 
     def retry(self, sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
         """A run asked to retry: count it, keep the reason."""
-        ledger_id = _ledger_id(request)
-        if not ledger_id:
+        row = self.ledger.row_of(request, sender)
+        if not row:
             return
         exc = getattr(reason, "exc", None)
         error = _error_text(exc) if isinstance(exc, BaseException) else str(reason)[:ERROR_LIMIT]
         retries = int(getattr(request, "retries", 0) or 0) + 1
-        _update(self.ledger, lambda store: store.mark_retry(ledger_id, retries, error))
+        _update(self.ledger, lambda store: store.mark_retry(*row, retries, error))
 
     def success(self, sender: Any = None, **_: Any) -> None:
         """A run succeeded (a suppressed duplicate changes nothing)."""
         request = getattr(sender, "request", None)
-        ledger_id = _ledger_id(request)
-        if ledger_id and not _is_duplicate(request):
-            self._finish(ledger_id, lambda store: store.mark_success(ledger_id))
+        row = self.ledger.row_of(request, sender)
+        if row and not _is_duplicate(request):
+            self._finish(row, lambda store: store.mark_success(*row))
 
     def failure(self, sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
         """A run failed: keep the exception."""
         request = getattr(sender, "request", None)
-        ledger_id = _ledger_id(request)
-        if ledger_id and not _is_duplicate(request):
+        row = self.ledger.row_of(request, sender)
+        if row and not _is_duplicate(request):
             error = _error_text(exception) if exception is not None else "failure"
-            self._finish(ledger_id, lambda store: store.mark_failure(ledger_id, error))
+            self._finish(row, lambda store: store.mark_failure(*row, error))
 
     def revoked(self, sender: Any = None, request: Any = None, terminated: bool = False,
                 signum: Any = None, expired: bool = False, **_: Any) -> None:
         """A run was revoked, terminated or expired."""
-        ledger_id = _ledger_id(request)
-        if ledger_id:
+        row = self.ledger.row_of(request, sender)
+        if row:
             note = "expired" if expired else (f"terminated (signal {signum})" if terminated else None)
-            self._finish(ledger_id, lambda store: store.mark_revoked(ledger_id, note))
+            self._finish(row, lambda store: store.mark_revoked(*row, note))
 
-    def _finish(self, ledger_id: str, mark: Callable[[WorkerStore], Any]) -> None:
+    def _finish(self, row: tuple[str, str], mark: Callable[[WorkerStore], Any]) -> None:
         """Record a run's end and, in the same transaction, release the fire its schedule buffered
         (overlap buffer_one), which is then published from here; if that fails the sweep publishes it."""
+        ledger_id, task = row
+
         def step(store: WorkerStore) -> list[dict]:
             with store.conn.transaction():
                 mark(store)
-                return store.release_buffered(ledger_id, limit=1)
+                return store.release_buffered(ledger_id, limit=1, task=task)
 
         try:
             released = self.ledger.run(step)

@@ -8,6 +8,7 @@ timeouts, so a frozen or cut-off beat cannot hold locks for long.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from datetime import datetime
 
@@ -16,6 +17,8 @@ import psycopg
 from ..db.beat_store import BeatStore
 from ..db.connect import connect
 from ..settings import Settings
+
+log = logging.getLogger(__name__)
 
 #: Seconds a statement may run, and a lock be waited for, on beat's connections.
 STATEMENT_TIMEOUT = 30.0
@@ -32,6 +35,8 @@ class BeatConnections:
         self.settings = settings
         self._claims: psycopg.Connection | None = None
         self._ledger: psycopg.Connection | None = None
+        self._claims_store: BeatStore | None = None
+        self._cursor_warned = False  # the missing grant on runledger_advance_cursors was logged
 
     def timeouts(self) -> dict[str, float]:
         """The timeouts of every connection a beat opens (seconds)."""
@@ -45,9 +50,31 @@ class BeatConnections:
         self.close()
         dsn, schema = self.settings.dsn, self.settings.schema
         timeouts = self.timeouts()
-        # The claim statement nulls and names out-of-range instants itself: psycopg's fast C loaders suffice.
-        self._claims = connect(dsn, schema, application_name="runledger_beat", safe_timestamps=False, **timeouts)
-        self._ledger = connect(dsn, schema, autocommit=True, application_name="runledger_beat.ledger", **timeouts)
+        try:
+            # The claim statement nulls and names out-of-range instants itself: psycopg's fast C loaders suffice.
+            self._claims = connect(dsn, schema, application_name="runledger_beat", safe_timestamps=False, **timeouts)
+            self._ledger = connect(dsn, schema, autocommit=True, application_name="runledger_beat.ledger", **timeouts)
+            self._claims_store = BeatStore(self._claims, cursor_function=self._cursor_function(self.ledger))
+        except BaseException:
+            self.close()
+            raise
+
+    def _cursor_function(self, ledger: BeatStore) -> bool:
+        """Whether cursors move through runledger_advance_cursors(); when this role may not call it, they move by a
+        plain UPDATE the audit log records, and beat says once which GRANT to add."""
+        state = ledger.cursor_function_state()
+        if not state["allowed"] and not self._cursor_warned:
+            self._cursor_warned = True
+            schema = self.settings.schema
+            if state["present"]:
+                log.warning("runledger: this role may not EXECUTE %s.runledger_advance_cursors, so beat moves "
+                            "cursors with a plain UPDATE and the audit log records every move as a change; "
+                            "GRANT EXECUTE ON FUNCTION %s.runledger_advance_cursors(uuid[], timestamptz[], boolean[]) "
+                            "TO %s (see `runledger-beat grants beat`)", schema, schema, ledger.conn.info.user)
+            else:
+                log.warning("runledger: %s has no runledger_advance_cursors() yet, so the audit log records every "
+                            "cursor move as a change; run `runledger-beat migrate`", schema)
+        return bool(state["allowed"])
 
     @property
     def connected(self) -> bool:
@@ -57,8 +84,8 @@ class BeatConnections:
     @property
     def claims(self) -> BeatStore:
         """The store on the claims connection (holds the open transaction)."""
-        assert self._claims is not None
-        return BeatStore(self._claims)
+        assert self._claims_store is not None and self._claims_store.conn is self._claims
+        return self._claims_store
 
     @property
     def ledger(self) -> BeatStore:
@@ -73,6 +100,7 @@ class BeatConnections:
                 with contextlib.suppress(Exception):
                     conn.close()
         self._claims = self._ledger = None
+        self._claims_store = None
 
 
 class DatabaseClock:

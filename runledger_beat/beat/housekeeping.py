@@ -136,7 +136,8 @@ class Housekeeping:
             done = self.connections.ledger.maintain_ledger(None)
         except psycopg.errors.InsufficientPrivilege as exc:
             log.warning("runledger: cannot maintain the ledger's partitions (%s); grant EXECUTE ON FUNCTION "
-                        "%s.runledger_maintain_ledger to beat's role", safe_error(exc), self.settings.schema)
+                        "%s.runledger_maintain_ledger(interval, integer) to beat's role (see `runledger-beat grants "
+                        "beat`)", safe_error(exc), self.settings.schema)
             return
         if log_partitions(done, LEDGER_RETRY):
             self._next_partitions = time.monotonic() + LEDGER_RETRY

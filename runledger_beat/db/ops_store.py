@@ -61,6 +61,10 @@ class OpsStore(Store):
         """Per table: present, can_select, can_insert, can_update, can_delete (None when absent)."""
         return self._all(queries.doctor_privileges, {"schema": schema, "tables": list(tables)})
 
+    def function_privileges(self, schema: str, signatures: Sequence[str]) -> list[dict]:
+        """Per function signature: present, can_execute (None when absent)."""
+        return self._all(queries.doctor_functions, {"schema": schema, "signatures": list(signatures)})
+
     def db_clock(self) -> datetime:
         """The database's clock_timestamp()."""
         return self._one(queries.doctor_clock)["now"]

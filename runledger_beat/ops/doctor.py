@@ -1,10 +1,10 @@
 """`runledger-beat doctor`: check that beat can work here, one verdict line per check.
 
 Checks, in order: the database answers; the schema and its migrations
-(applied vs shipped); the role's privileges on the tables; clock skew between
-this host and the database; LISTEN/NOTIFY round trip; beats alive; a worker
-hook seen lately (a ledger row started within the last hour); and, with
-``--app``, the broker. Each check gives ``ok``, ``warn`` or ``FAIL`` with a
+(applied vs shipped); the role's privileges on the tables, and on the functions
+beat calls; clock skew between this host and the database; LISTEN/NOTIFY round
+trip; beats alive; a worker hook seen lately (a ledger row started within the
+last hour); and, with ``--app``, the broker. Each check gives ``ok``, ``warn`` or ``FAIL`` with a
 reason; the command exits 1 when any check failed, else 0.
 """
 
@@ -30,6 +30,10 @@ LISTEN_TIMEOUT = 2.0
 #: Tables beat writes, and the privileges it needs on each.
 NEEDED = {"job_schedules": ("select", "insert", "update"), "jobs": ("select", "insert", "update"),
           "beats": ("select", "insert", "update", "delete")}
+#: Functions beat calls, and what it does without EXECUTE on each.
+FUNCTIONS = {"runledger_advance_cursors(uuid[], timestamptz[], boolean[])":
+             "its cursor moves are plain UPDATEs, each one logged in the audit log as a change",
+             "runledger_maintain_ledger(interval, integer)": "no day partitions are made ahead nor dropped"}
 
 
 @dataclass
@@ -59,6 +63,7 @@ def diagnose(dsn: str, schema: str, app: Any = None) -> list[Check]:
             _run(checks, "migrations", lambda: _migrations(store, schema))
             usable = _schema_usable(store, schema)
             for name, step in (("privileges", lambda: _privileges(store, schema)),
+                               ("functions", lambda: _functions(store, schema)),
                                ("clock", lambda: _clock(store)),
                                ("listen", lambda: _listen(store)),
                                ("beats", lambda: _beats(store)),
@@ -124,6 +129,21 @@ def _privileges(store: OpsStore, schema: str) -> tuple[str, str]:
     if missing:
         return FAIL, "this role lacks " + ", ".join(missing)
     return OK, "SELECT/INSERT/UPDATE on " + ", ".join(NEEDED) + " (and DELETE on beats)"
+
+
+def _functions(store: OpsStore, schema: str) -> tuple[str, str]:
+    """Beat works without these grants, but less well: a warning naming the GRANT to add."""
+    rows = store.function_privileges(schema, list(FUNCTIONS))
+    absent = [r["signature"] for r in rows if not r["present"]]
+    denied = [r["signature"] for r in rows if r["present"] and not r["can_execute"]]
+    if absent:
+        return WARN, (f"{', '.join(absent)} not in schema {schema!r} (run `runledger-beat migrate`)")
+    if denied:
+        grant = ", ".join(f"{schema}.{signature}" for signature in denied)
+        return WARN, ("this role may not EXECUTE " + "; ".join(f"{s} ({FUNCTIONS[s]})" for s in denied)
+                      + f": GRANT EXECUTE ON FUNCTION {grant} TO {store.conn.info.user} (see `runledger-beat grants "
+                      "beat`)")
+    return OK, "EXECUTE on " + ", ".join(s.split("(")[0] for s in FUNCTIONS)
 
 
 def _clock(store: OpsStore) -> tuple[str, str]:

@@ -8,8 +8,9 @@ may run ahead of the instant) and ``send_task_message`` (``send_message``)
 a real kombu producer or the fast path's capturing one.
 
 A schedule's options are limited to ``limits.OPTION_KEYS``, and its ``headers``
-can never set a protocol header: the task run is always the schedule's
-``job_type``, with the app's serializer.
+can never set a protocol header nor the signature: the task run is always the
+schedule's ``job_type``, with the app's serializer. With ``runledger_signing_key``
+set, every message carries its ``runledger_sig`` (signing.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..payload import LEDGER_HEADER, SCHEDULE_HEADER, task_arguments
+from ..signing import SIG_HEADER, app_key, sign
 from ..timing.limits import OPTION_KEYS, PROTOCOL_HEADERS
 from .fires import Fire
 
@@ -30,14 +32,17 @@ def publish_options(app: Any, fire: Fire) -> dict[str, Any]:
     return options
 
 
-def message_headers(fire: Fire, extra: Any) -> dict[str, Any]:
-    """The schedule's own headers (protocol ones dropped), then the ledger id and ``_schedule``."""
+def message_headers(fire: Fire, extra: Any, key: bytes | None = None) -> dict[str, Any]:
+    """The schedule's own headers (protocol ones and any signature dropped), then the ledger id, ``_schedule`` and,
+    with a signing ``key``, the fire's signature."""
     headers = {k: v for k, v in (extra if isinstance(extra, dict) else {}).items()
-               if isinstance(k, str) and k not in PROTOCOL_HEADERS}
+               if isinstance(k, str) and k not in PROTOCOL_HEADERS and k != SIG_HEADER}
     headers[LEDGER_HEADER] = str(fire.id)
     headers["celery_beat_task"] = True  # as celery.beat sets it
     if isinstance(fire.payload, dict) and SCHEDULE_HEADER in fire.payload:
         headers[SCHEDULE_HEADER] = fire.payload[SCHEDULE_HEADER]
+    if key is not None:
+        headers[SIG_HEADER] = sign(key, str(fire.id), fire.job_type)
     return headers
 
 
@@ -61,7 +66,7 @@ def build_message(app: Any, fire: Fire, sent_event: bool) -> BuiltMessage:
     """
     args, kwargs = task_arguments(fire.payload)
     options = publish_options(app, fire)
-    headers = message_headers(fire, options.pop("headers", None))
+    headers = message_headers(fire, options.pop("headers", None), app_key(app))
     time_limit = options.pop("time_limit", None)
     soft_time_limit = options.pop("soft_time_limit", None)
     expires = options.pop("expires", None)

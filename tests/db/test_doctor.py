@@ -13,6 +13,7 @@ from psycopg import sql
 from runledger_beat import cli
 from runledger_beat.ops import doctor
 
+from ..support.roles import limited_roles, role_dsn
 from ..support.services import find_amqp
 
 
@@ -44,9 +45,9 @@ def test_doctor_healthy_setup_is_all_ok(capsys, pg_dsn, schema, alive):
                          "tests.support.doctor_apps:good")
     assert code == 0, out + err
     lines = out.splitlines()
-    assert [line.split()[0] for line in lines] == ["ok"] * 8, out
+    assert [line.split()[0] for line in lines] == ["ok"] * 9, out
     assert [line.split(":")[0].split(None, 1)[1] for line in lines] == [
-        "database", "migrations", "privileges", "clock", "listen", "beats", "worker hook", "broker"]
+        "database", "migrations", "privileges", "functions", "clock", "listen", "beats", "worker hook", "broker"]
     code, out, _ = run(capsys, "--dsn", pg_dsn, "--schema", schema, "doctor", "--app", "tests.support.doctor_apps:good",
                        "--json")
     assert code == 0 and json.loads(out)["ok"] is True and set(verdicts(out).values()) == {"ok"}
@@ -94,6 +95,22 @@ def test_doctor_role_without_privileges_fails(capsys, pg_dsn, schema, db, alive)
     finally:
         db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
         db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_doctor_names_the_grant_a_beat_role_lacks_on_its_functions(capsys, pg_dsn, schema, db, alive):
+    with limited_roles(pg_dsn, schema, ("beat",)) as roles:
+        dsn = role_dsn(pg_dsn, roles["beat"])
+        code, out, _ = run(capsys, "--dsn", dsn, "--schema", schema, "doctor", "--json")
+        assert code == 0 and verdicts(out)["functions"] == "ok", out
+        db.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {}.runledger_advance_cursors FROM {}").format(
+            sql.Identifier(schema), sql.Identifier(roles["beat"])))
+        code, out, _ = run(capsys, "--dsn", dsn, "--schema", schema, "doctor", "--json")
+        assert code == 0 and verdicts(out)["functions"] == "warn"  # beat still works: its cursor moves are audited
+        assert detail(out, "functions") == (
+            "this role may not EXECUTE runledger_advance_cursors(uuid[], timestamptz[], boolean[]) (its cursor moves "
+            "are plain UPDATEs, each one logged in the audit log as a change): GRANT EXECUTE ON FUNCTION "
+            f"{schema}.runledger_advance_cursors(uuid[], timestamptz[], boolean[]) TO {roles['beat']} "
+            "(see `runledger-beat grants beat`)")
 
 
 def test_doctor_unreachable_database_fails_in_one_line(capsys):

@@ -16,8 +16,12 @@ from kombu import Connection, Exchange, Queue
 from runledger_beat.publish import amqp
 from runledger_beat.publish.dispatcher import Dispatcher
 from runledger_beat.publish.fires import Fire, Outgoing
+from runledger_beat.publish.templates import VERIFY_FIRES
+from runledger_beat.signing import sign
 
 from ..support.netcut import Throttle
+
+KEY = "fast-path-test-signing-key-" + "s" * 8
 
 
 def _publish(dispatcher: Dispatcher, outgoing: list[Outgoing]):
@@ -66,9 +70,10 @@ def _wire(message) -> dict:
             "exchange": message.delivery_info["exchange"], "routing_key": message.delivery_info["routing_key"]}
 
 
-def test_fast_path_writes_exactly_what_celery_sends(amqp_url, queues):
+@pytest.mark.parametrize("conf", [{}, {"runledger_signing_key": KEY}], ids=["unsigned", "signed"])
+def test_fast_path_writes_exactly_what_celery_sends(amqp_url, queues, conf):
     main, other = queues
-    app = _app(amqp_url, main)
+    app = _app(amqp_url, main, **conf)
     fires = [
         _fire("plain"),
         _fire("options", {"priority": 5, "expires": 30, "headers": {"x-trace": "abc"},
@@ -105,6 +110,12 @@ def test_fast_path_writes_exactly_what_celery_sends(amqp_url, queues):
     assert by_fast[str(fires[2].id)]["routing_key"] == other
     headers = by_fast[str(fires[0].id)]["properties"]["application_headers"]
     assert headers["runledger_id"] == str(fires[0].id) and headers["_schedule"] == fires[0].payload["_schedule"]
+    # The kind of the plain fires settled on its template, which writes each fire's own signature when signing.
+    kinds = fast._encoder._kinds.values()
+    assert any(k.template is not None and k.checked >= VERIFY_FIRES for k in kinds)
+    for fire in fires:
+        sig = by_fast[str(fire.id)]["properties"]["application_headers"].get("runledger_sig")
+        assert sig == (sign(KEY.encode(), str(fire.id), fire.job_type) if conf else None)
 
 
 def test_retarget_readdresses_every_frame():

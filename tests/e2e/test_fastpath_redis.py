@@ -17,12 +17,15 @@ from runledger_beat.publish.amqp import CONFIRM_TIMEOUT
 from runledger_beat.publish.dispatcher import Dispatcher
 from runledger_beat.publish.fires import Fire, Outgoing
 from runledger_beat.publish.templates import VERIFY_FIRES
+from runledger_beat.signing import sign
 
 from ..support.e2e import prepare
 from ..support.netcut import Proxy
 from ..support.procs import start_beat, start_worker
 from ..support.rows import insert_schedule
 from ..support.services import wait_for
+
+KEY = "redis-fast-path-test-signing-key-" + "s" * 8
 
 
 def _fire(name: str, options: dict | None = None, payload: object = None) -> Fire:
@@ -48,9 +51,9 @@ def queues(redis_url):
         client.delete(key)
 
 
-def _app(redis_url: str, queue: str) -> Celery:
+def _app(redis_url: str, queue: str, **conf) -> Celery:
     app = Celery(f"rr_{uuid.uuid4().hex[:6]}", broker=redis_url)
-    app.conf.task_default_queue = queue
+    app.conf.update(task_default_queue=queue, **conf)
     return app
 
 
@@ -68,7 +71,8 @@ def _raw(redis_url: str, queues: list[str]) -> dict[str, str]:
     return found
 
 
-def test_the_redis_fast_path_writes_what_kombu_writes(redis_url, queues):
+@pytest.mark.parametrize("conf", [{}, {"runledger_signing_key": KEY}], ids=["unsigned", "signed"])
+def test_the_redis_fast_path_writes_what_kombu_writes(redis_url, queues, conf):
     main, other = queues
     fires = [_fire("plain"),
              _fire("options", {"priority": 5, "expires": 30, "headers": {"x-trace": "abc"},
@@ -78,7 +82,7 @@ def test_the_redis_fast_path_writes_what_kombu_writes(redis_url, queues):
              # Past VERIFY_FIRES of one kind the rest come from its template (message_template.RedisTemplate).
              *[_fire(f"templated-{i}", payload={"args": [i, "é" * i], "kwargs": {"n": i},
                                                 "_schedule": {"schedule_name": f"t{i}"}}) for i in range(5)]]
-    app = _app(redis_url, main)
+    app = _app(redis_url, main, **conf)
     fast, stock = Dispatcher(app, fast=True), Dispatcher(app, fast=False)
     try:
         assert fast.publisher() == "redis" and stock.publisher() == "celery"
@@ -104,6 +108,8 @@ def test_the_redis_fast_path_writes_what_kombu_writes(redis_url, queues):
         stock_key, stock_text, stock_tag = by_stock[task_id]
         assert key == stock_key  # the same list (priority lists included)
         assert text.replace(tag, "TAG") == stock_text.replace(stock_tag, "TAG")  # byte for byte but the tag
+        sig = json.loads(text)["headers"].get("runledger_sig")
+        assert sig == (sign(KEY.encode(), task_id, "rl.record") if conf else None)
 
 
 def test_a_command_redis_refuses_fails_that_fire_alone(redis_url, queues):

@@ -158,24 +158,31 @@ def test_stats_on_hand_made_ledger(db):
     assert parse_duration("1h30m") == 5400
 
 
-def test_guard_in_process_missing_row_and_database_down(pg_dsn, schema, db):
-    """Eager apply through the same tracer: a second run of a finished row is skipped;
-    a run with no ledger row, or with the database unreachable, runs normally."""
+def _guarded_app(pg_dsn: str, schema: str, task_name: str, **conf):
+    """An in-process app with the ledger hook and one task that appends its label to ``calls``:
+    (app, task, calls)."""
     from celery import Celery
 
     from runledger_beat.worker import install
 
-    calls = []
-    app = Celery("rl-guard", set_as_current=False)
-    app.conf.update(runledger_dsn=pg_dsn, runledger_schema=schema)
+    calls: list = []
+    app = Celery(f"rl-{task_name}", set_as_current=False)
+    app.conf.update(runledger_dsn=pg_dsn, runledger_schema=schema, **conf)
     install(app)
 
-    @app.task(name="guard.count")
-    def count(label):
+    @app.task(name=task_name)
+    def task(label):
         calls.append(label)
         return label
 
     app.finalize()
+    return app, task, calls
+
+
+def test_guard_in_process_missing_row_and_database_down(pg_dsn, schema, db):
+    """Eager apply through the same tracer: a second run of a finished row is skipped;
+    a run with no ledger row, or with the database unreachable, runs normally."""
+    app, count, calls = _guarded_app(pg_dsn, schema, "guard.count")
     job_id = str(_insert_job(db, "guard.count", ["a"]))
     assert count.apply(("a",), task_id=job_id, headers={"runledger_id": job_id}).get() == "a"
     assert _row(db, job_id)["status"] == "success"
@@ -194,3 +201,27 @@ def test_guard_in_process_missing_row_and_database_down(pg_dsn, schema, db):
     other = str(_insert_job(db, "guard.count", ["d"]))
     count.apply(("d",), task_id=other, headers={"runledger_id": other})
     assert calls[-1] == "d" and _row(db, other)["status"] == "sent"
+
+
+def test_guard_with_a_signing_key_acts_only_on_messages_signed_for_the_rows_task(pg_dsn, schema, db, caplog):
+    """Eager apply through the same tracer: unsigned, or signed for another task, the body runs and the ledger
+    row is left alone (one warning); signed for the row's task, the run is recorded."""
+    from runledger_beat.signing import sign
+
+    key = "worker-test-signing-key-" + "w" * 12
+    _, signed, calls = _guarded_app(pg_dsn, schema, "guard.signed", runledger_signing_key=key)
+    job_id = str(_insert_job(db, "guard.signed", ["a"]))
+    forged = [{"runledger_id": job_id},
+              {"runledger_id": job_id, "runledger_sig": sign(key.encode(), job_id, "guard.other")},
+              {"runledger_id": job_id, "runledger_sig": sign(b"another key of thirty-two chars!", job_id,
+                                                              "guard.signed")}]
+    with caplog.at_level("WARNING", logger="runledger_beat.worker"):
+        for headers in forged:
+            signed.apply(("forged",), task_id=job_id, headers=headers)
+    assert calls == ["forged"] * 3
+    row = _row(db, job_id)
+    assert row["status"] == "sent" and row["started_at"] is None and row["duplicates"] == 0
+    assert sum("carries no valid runledger_sig" in r.getMessage() for r in caplog.records) == 1
+    good = sign(key.encode(), job_id, "guard.signed")
+    assert signed.apply(("a",), task_id=job_id, headers={"runledger_id": job_id, "runledger_sig": good}).get() == "a"
+    assert _row(db, job_id)["status"] == "success"

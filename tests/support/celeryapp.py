@@ -84,3 +84,10 @@ def flaky(self, label: str, fail_times: int = 1):
     if self.request.retries < fail_times:
         raise RuntimeError(f"attempt {self.request.retries} fails")
     return label
+
+
+@app.task(bind=True, name="rl.noop")
+def noop(self, label: str = "noop"):
+    """Do nothing but record that it ran (what an attacker who can publish might send)."""
+    _record(self, label, [], {})
+    return label

@@ -12,6 +12,7 @@ from kombu.serialization import register
 from runledger_beat.publish import amqp
 from runledger_beat.publish.fires import Fire
 from runledger_beat.publish.templates import VERIFY_FIRES
+from runledger_beat.signing import sign
 
 AT = datetime(2026, 12, 3, 19, 58, 23, tzinfo=timezone.utc)
 
@@ -84,3 +85,18 @@ def test_a_template_that_disagrees_with_celery_is_dropped_for_good():
     (kind,) = encoder._kinds.values()
     assert kind.template is None
     assert len(calls) == 6 + 1  # Celery for each fire, and the template once, for the first
+
+
+def test_signed_fires_keep_their_template_and_each_carries_its_own_signature():
+    key = "template-test-signing-key-" + "t" * 10
+    app = _app(runledger_signing_key=key)
+    fires = [_fire(i) for i in range(30)] + [_fire(i, task="rl.other") for i in range(30)]
+    encoder = amqp.Encoder(app)
+    frames = [encoder.encode(f, 3, 4096)[0] for f in fires]
+    assert frames == _celerys(app, fires, 4096)
+    assert len(encoder._kinds) == 2
+    assert all(k.template is not None and k.checked == VERIFY_FIRES for k in encoder._kinds.values())
+    for fire, written in zip(fires, frames, strict=True):
+        assert sign(key.encode(), str(fire.id), fire.job_type).encode() in written
+        assert sign(key.encode(), str(fire.id), "rl.record" if fire.job_type != "rl.record" else "x").encode() \
+            not in written

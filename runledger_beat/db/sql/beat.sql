@@ -77,9 +77,20 @@ SELECT f.id, s.id, s.name, f.scheduled_for, s.job_type,
 ON CONFLICT (schedule_id, scheduled_for) WHERE stage = 'scheduled' DO NOTHING
 RETURNING id;
 
+-- advance_cursors_as_beat --
+-- Move each claimed schedule's cursor through runledger_advance_cursors() (migration 0008): advance_cursors's
+-- UPDATE with the owner's rights, which the audit trigger tells apart as beat's own and does not log.
+SELECT runledger_advance_cursors(%(ids)b::uuid[], %(next_fire_ats)b::timestamptz[], %(fired)b::boolean[]) AS moved;
+
+-- cursor_function --
+-- Whether runledger_advance_cursors() exists in the schema, and whether this role may call it.
+SELECT f IS NOT NULL AS present, coalesce(has_function_privilege(f, 'EXECUTE'), false) AS allowed
+  FROM to_regprocedure('runledger_advance_cursors(uuid[], timestamptz[], boolean[])') AS f;
+
 -- advance_cursors --
 -- Move each claimed schedule's cursor; a schedule with no next fire is deactivated. A fire recorded ahead
--- counts as fired at its instant (s.next_fire_at here is the slot just recorded).
+-- counts as fired at its instant (s.next_fire_at here is the slot just recorded). For a role that may not call
+-- runledger_advance_cursors(): the audit log records these moves as changes.
 UPDATE job_schedules s
    SET next_fire_at  = u.next_fire_at,
        last_fired_at = CASE WHEN u.fired THEN greatest(statement_timestamp(), s.next_fire_at)
@@ -294,14 +305,15 @@ RETURNING id;
 -- overlap_release_buffered --
 -- A buffered fire whose schedule has no live run any more becomes pending with released_at set, so the caller
 -- publishes it (the worker hook), else the recovery sweep does at once. With %(job_id)s only the schedule of that
--- finished run; NULL: every schedule (the sweep). The earliest buffered fire of a schedule goes first.
+-- finished run of task %(task)s; NULL: every schedule (the sweep). The earliest buffered fire of a schedule goes first.
 UPDATE jobs j
    SET status = 'pending', released_at = statement_timestamp(), last_error = NULL
   FROM (SELECT b.id
           FROM jobs b
          WHERE b.status = 'buffered'
            AND (%(job_id)s::uuid IS NULL
-                OR b.schedule_id = (SELECT r.schedule_id FROM jobs r WHERE r.id = %(job_id)s::uuid))
+                OR b.schedule_id = (SELECT r.schedule_id FROM jobs r
+                                     WHERE r.id = %(job_id)s::uuid AND r.job_type = %(task)s::text))
            AND NOT EXISTS (SELECT 1 FROM jobs p
                             WHERE p.schedule_id = b.schedule_id
                               AND p.status IN ('pending', 'sent', 'received', 'started', 'retry'))

@@ -101,6 +101,14 @@ SELECT t.name, c.oid IS NOT NULL AS present,
          ON c.relname = t.name AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(schema)s)
  ORDER BY t.n;
 
+-- doctor_functions --
+-- runledger-beat doctor: for each of %(signatures)s (functions of the schema), whether it exists and this role may call it.
+SELECT f.signature, p.oid IS NOT NULL AS present,
+       CASE WHEN p.oid IS NOT NULL THEN has_function_privilege(p.oid, 'EXECUTE') END AS can_execute
+  FROM unnest(%(signatures)s::text[]) WITH ORDINALITY AS f(signature, n)
+  LEFT JOIN pg_proc p ON p.oid = to_regprocedure(quote_ident(%(schema)s) || '.' || f.signature)
+ ORDER BY f.n;
+
 -- doctor_clock --
 -- runledger-beat doctor: the database clock (compared with this host's).
 SELECT clock_timestamp() AS now;

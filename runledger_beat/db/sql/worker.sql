@@ -4,11 +4,12 @@
 
 -- worker_claim_job --
 -- A worker starts a run: atomically move a not-yet-started ledger row to started (the duplicate guard). A row marked
--- lost while its message waited in a long queue starts all the same.
+-- lost while its message waited in a long queue starts all the same. Every worker statement matches the row by id
+-- and task name (job_type): a message of another task that names the row's id changes nothing.
 UPDATE jobs
    SET status = 'started', started_at = now(), worker = %(worker)s,
        retries = GREATEST(retries, %(retries)s), finished_at = NULL
- WHERE id = %(id)s
+ WHERE id = %(id)s AND job_type = %(task)s
    AND (status IN ('pending', 'sent', 'retry') OR (status = 'lost' AND started_at IS NULL))
 RETURNING id;
 
@@ -21,7 +22,7 @@ ON CONFLICT (hostname) DO UPDATE SET pid = excluded.pid, seen_at = excluded.seen
 -- A delivery of a run already started or finished: count it; no row returned means no ledger row.
 UPDATE jobs
    SET duplicates = duplicates + 1
- WHERE id = %(id)s
+ WHERE id = %(id)s AND job_type = %(task)s
 RETURNING status;
 
 -- worker_mark_retry --
@@ -30,22 +31,22 @@ UPDATE jobs
    SET status = CASE WHEN retries < %(retries)s THEN 'retry' ELSE status END,
        retries = GREATEST(retries, %(retries)s),
        last_error = %(error)s
- WHERE id = %(id)s AND status IN ('pending', 'sent', 'started', 'retry');
+ WHERE id = %(id)s AND job_type = %(task)s AND status IN ('pending', 'sent', 'started', 'retry');
 
 -- worker_mark_success --
 -- A run finished successfully (a retry's reason stays in last_error).
 UPDATE jobs
    SET status = 'success', finished_at = now()
- WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
+ WHERE id = %(id)s AND job_type = %(task)s AND status NOT IN ('success', 'failure', 'revoked');
 
 -- worker_mark_failure --
 -- A run failed: keep the exception type and message.
 UPDATE jobs
    SET status = 'failure', finished_at = now(), last_error = %(error)s
- WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
+ WHERE id = %(id)s AND job_type = %(task)s AND status NOT IN ('success', 'failure', 'revoked');
 
 -- worker_mark_revoked --
 -- A run was revoked (or expired) before or while running.
 UPDATE jobs
    SET status = 'revoked', finished_at = now(), last_error = coalesce(%(error)s, last_error)
- WHERE id = %(id)s AND status NOT IN ('success', 'failure', 'revoked');
+ WHERE id = %(id)s AND job_type = %(task)s AND status NOT IN ('success', 'failure', 'revoked');
