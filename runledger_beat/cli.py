@@ -5,7 +5,9 @@ runledger_dsn (a --dsn carrying a password gets a warning: ps shows it).
 Schema: --schema, else env RUNLEDGER_SCHEMA, else "runledger". The global
 options (--dsn, --schema, --app) go before or after the subcommand.
 Exit codes: 0 done; 2 bad usage or validation ("error: <field>: <reason>" on
-stderr, nothing written); 1 runtime failure (one line, never the password).
+stderr, nothing written; a DSN psycopg cannot parse too); 1 runtime failure
+(one line, never the password). Every numeric option has a range, shown in its
+--help ("1..10000"); a value outside it exits 2 before anything runs.
 Every command that reads the tables (all but migrate, preview and demo) first
 checks the schema: one without the runledger tables, or at an older migration,
 exits 2 with 'error: schema "<schema>" has no runledger tables (run
@@ -57,14 +59,23 @@ from typing import Any
 import psycopg
 
 from . import __version__, api
-from .db import APPLICATION_NAME, ConfigError, connect, migrate, redact_dsn, require_schema, safe_error
+from .argtypes import Bounded
+from .db import APPLICATION_NAME, ConfigError, check_dsn, connect, migrate, redact_dsn, require_schema, safe_error
 from .extras import require
 from .formats import format_rfc3339, parse_duration
+from .limits import MAX_JITTER_SECONDS, MAX_PRIORITY, MIN_PRIORITY
 from .redaction import dsn_has_password, read_dsn_file
+from .spec import check_seconds, parse_json
 from .timeengine import ScheduleError
 
 #: The application_name of the command line's database sessions (the audit log and pause notes show it).
 CLI_APPLICATION_NAME = "runledger-beat"
+#: Most rows `history --limit` prints.
+MAX_HISTORY_ROWS = 10000
+#: Most slots `backfill --max` lets one range hold.
+MAX_BACKFILL_SLOTS = 1_000_000
+#: Longest `health --max-age`: a day.
+MAX_HEALTH_AGE = 86400
 
 
 class UsageError(Exception):
@@ -120,15 +131,6 @@ def _job_line(j: dict) -> str:
 # Input
 
 
-def _json_arg(field: str, text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise ScheduleError(field, f"not valid JSON ({exc.msg})") from None
-
-
 def _load_app(path: str) -> Any:
     from celery.utils.imports import symbol_by_name
     try:
@@ -172,7 +174,7 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     out = {key: getattr(args, attr) for attr, key in _SIMPLE_FIELDS.items() if getattr(args, attr, None) is not None}
     for field in ("args", "kwargs"):
         if getattr(args, field) is not None:
-            out[field] = _json_arg(field, getattr(args, field))
+            out[field] = parse_json(field, getattr(args, field))
     options = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
     if options:
         out["options"] = options
@@ -265,7 +267,7 @@ def cmd_sync(args: argparse.Namespace, dsn: str) -> int:
 
 def cmd_stats(args: argparse.Namespace, dsn: str) -> int:
     from .stats import render, stats
-    since = parse_duration(args.since, "since") if args.since else None
+    since = check_seconds("since", args.since) if args.since else None
     with connect(dsn, args.schema, autocommit=True) as conn:
         items = stats(conn, args.name, since)
     _emit(args, items, render(items))
@@ -434,9 +436,11 @@ def _definition_args(p: argparse.ArgumentParser, update: bool) -> None:
     p.add_argument("--kwargs", help="JSON object of keyword arguments")
     p.add_argument("--queue", help="queue to send to")
     p.add_argument("--routing-key", help="routing key to send with")
-    p.add_argument("--priority", type=int, help="message priority 0..255")
+    p.add_argument("--priority", type=Bounded(int, MIN_PRIORITY, MAX_PRIORITY),
+                   help=f"message priority {MIN_PRIORITY}..{MAX_PRIORITY}")
     p.add_argument("--expires", help="seconds (or duration) after the fire's instant the message expires")
-    p.add_argument("--jitter", type=int, help="max jitter in seconds (deterministic per schedule)")
+    p.add_argument("--jitter", type=Bounded(int, 0, MAX_JITTER_SECONDS),
+                   help=f"max jitter in seconds, 0..{MAX_JITTER_SECONDS} (deterministic per schedule)")
     p.add_argument("--misfire", help="fire_once (default) or skip: what to do with fires missed in an outage")
     p.add_argument("--grace", help="seconds (or duration) a missed fire may be late and still run")
     p.add_argument("--overlap", help="while the previous run is live: allow (default), skip the fire, buffer_one "
@@ -505,6 +509,7 @@ def _calendar_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
+    from .demo.runner import add_demo_arguments
     from .preview import add_preview_arguments
     parser = argparse.ArgumentParser(prog="runledger-beat",
                                      description="Manage runledger_beat schedules and read the ledger.")
@@ -517,16 +522,19 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("show", "pause", "resume", "remove", "trigger", "history"):
         p[name].add_argument("name", help="schedule name")
     p["pause"].add_argument("--note", help="why it is paused (kept with when and who until resume)")
-    p["history"].add_argument("--limit", type=int, default=20, help="how many rows (default 20)")
+    p["history"].add_argument("--limit", type=Bounded(int, 1, MAX_HISTORY_ROWS), default=20,
+                              help=f"how many rows, 1..{MAX_HISTORY_ROWS} (default 20)")
     p["history"].add_argument("--status", help="only rows of this status")
     p["stats"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["stats"].add_argument("--since", metavar="DURATION", help="only fires scheduled within this long ago (1h, 7d)")
-    p["health"].add_argument("--max-age", type=float, default=30.0, metavar="SECONDS",
-                             help="healthy when some beat ticked within this many seconds (default 30)")
+    p["health"].add_argument("--max-age", type=Bounded(float, 1, MAX_HEALTH_AGE), default=30.0, metavar="SECONDS",
+                             help=f"healthy when some beat ticked within this many seconds, 1..{MAX_HEALTH_AGE} "
+                                  "(default 30)")
     p["health"].add_argument("--this-host", action="store_true",
                              help="count only beats on this host (a pod's own beat, for a liveness probe)")
     p["web"].add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p["web"].add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    p["web"].add_argument("--port", type=Bounded(int, 1, 65535), default=8080,
+                          help="port to listen on, 1..65535 (default 8080)")
     p["web"].add_argument("--read-only", action="store_true",
                           help="refuse every change even when RUNLEDGER_WEB_TOKEN is set (without the token the "
                                "dashboard is read-only anyway)")
@@ -536,8 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["backfill"].add_argument("--from", dest="start", required=True, metavar="ISO",
                                help="first instant of the range (naive: the schedule's zone)")
     p["backfill"].add_argument("--to", dest="end", required=True, metavar="ISO", help="end of the range (excluded)")
-    p["backfill"].add_argument("--max", type=int, default=10000, metavar="N",
-                               help="refuse (exit 2, nothing written) if the range holds more slots (default 10000)")
+    p["backfill"].add_argument("--max", type=Bounded(int, 1, MAX_BACKFILL_SLOTS), default=10000, metavar="N",
+                               help="refuse (exit 2, nothing written) if the range holds more slots, "
+                                    f"1..{MAX_BACKFILL_SLOTS} (default 10000)")
     _calendar_arguments(p["calendar"])
     p["audit"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["audit"].add_argument("--since", metavar="DURATION", help="only changes within this long ago (1h, 7d)")
@@ -548,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["ledger"].add_argument("--retention", default="30d", metavar="DURATION",
                              help="with --maintain: ledger kept, at least 1d; 0 keeps it all (default 30d, "
                                   "as runledger_retention)")
-    p["demo"].add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
+    add_demo_arguments(p["demo"])
     return parser
 
 
@@ -580,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in _EXTRA_OF:
             require(args.command, _EXTRA_OF[args.command], UsageError)
         if args.command not in _OFFLINE:
-            dsn = _dsn(args)
+            dsn = check_dsn(_dsn(args))
         if args.command not in _NO_TABLES:
             check_schema(args, dsn)
         return COMMANDS[args.command](args, dsn)

@@ -55,7 +55,7 @@ from .redaction import dsn_has_password, read_dsn_file, redact_dsn, safe_error
 
 __all__ = ["DEFAULT_SCHEMA", "OUT_OF_RANGE_HIGH", "OUT_OF_RANGE_LOW", "OUT_OF_RANGE_REASON", "UNREADABLE_JSON",
            "ConfigError",
-           "check_schema_name", "check_version", "connect", "dsn_has_password", "is_out_of_range",
+           "check_dsn", "check_schema_name", "check_version", "connect", "dsn_has_password", "is_out_of_range",
            "is_unreadable", "migrate", "migration_files", "read_dsn_file", "redact_dsn", "register_safe_loaders",
            "require_schema", "safe_error", "schema_ready", "set_search_path"]
 
@@ -83,6 +83,18 @@ def check_schema_name(schema: str) -> str:
     if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
         raise ConfigError(f"runledger_schema: {schema!r} is not a plain SQL identifier")
     return schema
+
+
+def check_dsn(dsn: str) -> str:
+    """Return the DSN, or raise ConfigError (the password masked) when psycopg cannot parse it: a ``%`` not
+    followed by two hex digits in a URL, an unterminated quote in key=value form. Checked before anything runs,
+    so the error is never a traceback that quotes the password."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except (psycopg.Error, UnicodeError, ValueError) as exc:
+        raise ConfigError(f"dsn: cannot be parsed: {safe_error(exc, dsn)} (in a URL, percent-encode the password's "
+                          "special characters: % is %25, @ is %40; in key=value form, quote it as 'p w')") from None
+    return dsn
 
 
 # ---------------------------------------------------------------------------
