@@ -319,12 +319,9 @@ def cmd_web(args: argparse.Namespace, dsn: str) -> int:
     if args.allow_actions:
         raise UsageError("web: --allow-actions is gone: set RUNLEDGER_WEB_TOKEN to allow changes "
                          "(API: Authorization: Bearer <token>; pages: log in with it)")
-    token = None if args.read_only else (os.environ.get("RUNLEDGER_WEB_TOKEN") or "").strip() or None
-    if token is not None and len(token) < 16:
-        print("warning: RUNLEDGER_WEB_TOKEN is shorter than 16 characters; use a long random one "
-              "(python -c 'import secrets; print(secrets.token_urlsafe(32))')", file=sys.stderr)
-    from .web import serve
-    serve(dsn, args.schema, args.host, args.port, token)
+    from .web import serve, token_from_env
+    serve(dsn, args.schema, args.host, args.port, token_from_env(), read_only=args.read_only,
+          private=args.private, https=args.https, allowed_hosts=args.allow_host)
     return 0
 
 
@@ -535,9 +532,18 @@ def build_parser() -> argparse.ArgumentParser:
     p["web"].add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p["web"].add_argument("--port", type=Bounded(int, 1, 65535), default=8080,
                           help="port to listen on, 1..65535 (default 8080)")
+    p["web"].add_argument("--allow-host", action="append", metavar="HOST",
+                          help="a name the Host header may carry (repeatable; besides --host, localhost, "
+                               "127.0.0.1 and ::1); any other Host gets 400, which stops DNS rebinding")
+    p["web"].add_argument("--https", action="store_true",
+                          help="it is served over HTTPS (by a TLS proxy): the session cookie is Secure "
+                               "(__Host-runledger_session) and HSTS is sent")
+    p["web"].add_argument("--private", action="store_true",
+                          help="reading needs the token too: every page and /api/* wants a login or "
+                               "'Authorization: Bearer' (/healthz stays open)")
     p["web"].add_argument("--read-only", action="store_true",
                           help="refuse every change even when RUNLEDGER_WEB_TOKEN is set (without the token the "
-                               "dashboard is read-only anyway)")
+                               "dashboard is read-only anyway; with --private the token still opens the reads)")
     p["web"].add_argument("--allow-actions", action="store_true",
                           help="removed: set RUNLEDGER_WEB_TOKEN to allow changes (given, it exits 2 saying so)")
     p["backfill"].add_argument("name", help="schedule name")

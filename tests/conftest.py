@@ -11,6 +11,7 @@ from psycopg import sql
 from runledger_beat.db import connect, drop_schema, migrate
 
 from .services import find_amqp, find_postgres, find_redis
+from .webproc import start_web
 
 
 @pytest.fixture(scope="session")
@@ -54,3 +55,18 @@ def amqp_url() -> str:
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     return find_redis()
+
+
+@pytest.fixture
+def web(pg_dsn, schema):
+    """Start `runledger-beat web` on a free port; yields a function (token=None, env=None, args=(), dsn=None) -> base
+    URL. The processes are stopped afterwards; ``web.procs`` lists them (their logs)."""
+    started: list = []
+
+    def start(token: str | None = None, env: dict | None = None, args: tuple = (), dsn: str | None = None) -> str:
+        return start_web(pg_dsn, schema, started, token, env, args, dsn)
+
+    start.procs = started
+    yield start
+    for proc in started:
+        proc.stop()

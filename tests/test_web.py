@@ -22,8 +22,6 @@ import json
 import os
 import re
 import shutil
-import socket
-import sys
 import threading
 import time
 import urllib.error
@@ -36,39 +34,22 @@ import pytest
 from runledger_beat import api, cli
 from runledger_beat import web as dashboard
 from runledger_beat.db import connect
+from runledger_beat.spec import MAX_NOTE_LEN
 
 from .e2e import count, delete_queue, prepare
-from .procs import Proc, celery_env, start_beat
+from .procs import start_beat
 from .services import REQUIRE, wait_for
+from .webproc import TOKEN, call
 
-TOKEN = "test-token-0123456789abcdef"
 SCRIPT_NAME = "<script>alert(1)</script>"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _call(url: str, method: str = "GET", data: bytes | None = None, headers: dict | None = None,
-          opener: urllib.request.OpenerDirector | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    try:
-        with (opener or urllib.request.build_opener()).open(request, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""
-
-
 def _get(url: str) -> tuple[int, str]:
-    return _call(url)
+    return call(url)
 
 
 def _form(url: str, fields: dict, opener=None) -> tuple[int, str]:
-    return _call(url, "POST", urllib.parse.urlencode(fields).encode(),
+    return call(url, "POST", urllib.parse.urlencode(fields).encode(),
                  {"Content-Type": "application/x-www-form-urlencoded"}, opener)
 
 
@@ -76,7 +57,7 @@ def _api_post(url: str, body: dict | None = None, token: str | None = None) -> t
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    code, text = _call(url, "POST", json.dumps(body).encode() if body is not None else None, headers)
+    code, text = call(url, "POST", json.dumps(body).encode() if body is not None else None, headers)
     return code, (json.loads(text) if text.startswith(("{", "[")) else {})
 
 
@@ -94,35 +75,6 @@ def _jobs(db, name: str) -> int:
 
 def _clock(db):
     return db.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
-
-
-@pytest.fixture
-def web(pg_dsn, schema):
-    """Start `runledger-beat web` on a free port; yields a function (token=None, env=None, args=()) -> base URL."""
-    started: list[Proc] = []
-
-    def start(token: str | None = None, env: dict | None = None, args: tuple = ()) -> str:
-        port = _free_port()
-        argv = [sys.executable, "-m", "runledger_beat.cli", "--dsn", pg_dsn, "--schema", schema, "web",
-                "--port", str(port), *args]
-        env = dict(env or celery_env(pg_dsn, schema, "memory://", "unused"))
-        env.pop(web_token_env(), None)
-        if token is not None:
-            env[web_token_env()] = token
-        proc = Proc(argv, env, "web")
-        started.append(proc)
-        base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _get(base + "/healthz")[0] == 200 or not proc.alive(), timeout=20, message="web to answer")
-        assert proc.alive(), proc.log()
-        return base
-
-    yield start
-    for proc in started:
-        proc.stop()
-
-
-def web_token_env() -> str:
-    return dashboard.TOKEN_ENV
 
 
 @pytest.fixture
@@ -223,14 +175,14 @@ def test_writes_without_the_token_or_the_session_and_csrf_are_refused(web, seede
     for action in ("pause", "resume", "trigger"):
         assert _api_post(f"{base}/api/schedules/heartbeat/{action}", {}, token=None)[0] == 403
         assert _api_post(f"{base}/api/schedules/heartbeat/{action}", {}, token=TOKEN + "x")[0] == 403
-        assert _call(f"{base}/api/schedules/heartbeat/{action}", "POST", b"",
+        assert call(f"{base}/api/schedules/heartbeat/{action}", "POST", b"",
                      {"Authorization": f"Basic {TOKEN}"})[0] == 403
     # the forms: no session at all, then a session (from /login) without login, then a wrong CSRF token
     assert _form(f"{base}/schedules/heartbeat/pause", {})[0] == 403
     assert _form(f"{base}/schedules/heartbeat/trigger", {"csrf": "guess"})[0] == 403
     jar = http.cookiejar.CookieJar()
     browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    code, html = _call(base + "/login", opener=browser)
+    code, html = call(base + "/login", opener=browser)
     csrf = re.search(r'name="csrf" value="([^"]+)"', html).group(1)
     assert code == 200 and any(c.name == "runledger_session" for c in jar)
     assert _form(f"{base}/schedules/heartbeat/pause", {"csrf": csrf}, browser)[0] == 403  # not logged in
@@ -239,7 +191,7 @@ def test_writes_without_the_token_or_the_session_and_csrf_are_refused(web, seede
     assert _form(f"{base}/schedules/heartbeat/pause", {"csrf": csrf}, browser)[0] == 403  # wrong token: no login
     assert _active(db, "heartbeat") is True and _jobs(db, "heartbeat") == jobs_before
     # logged in, but a form without the CSRF token is still refused
-    code, html = _call(base + "/login", opener=browser)
+    code, html = call(base + "/login", opener=browser)
     csrf = re.search(r'name="csrf" value="([^"]+)"', html).group(1)
     assert _form(base + "/login", {"token": TOKEN, "csrf": csrf}, browser)[0] == 200
     assert _form(f"{base}/schedules/heartbeat/pause", {}, browser)[0] == 403
@@ -253,25 +205,18 @@ def test_writes_without_the_token_or_the_session_and_csrf_are_refused(web, seede
     code, job = _api_post(f"{base}/api/schedules/nightly%2Freport/trigger", {}, token=TOKEN)
     assert code == 200 and job["stage"] == "manual" and job["schedule_name"] == "nightly/report"
     assert _api_post(f"{base}/api/schedules/nope/pause", {}, token=TOKEN)[0] == 404
-    assert _call(f"{base}/api/schedules/heartbeat/pause", "POST", b"[1]",
+    assert call(f"{base}/api/schedules/heartbeat/pause", "POST", b"[1]",
                  {"Authorization": f"Bearer {TOKEN}"})[0] == 400
 
 
-def test_api_pause_note_is_stored_when_supported(web, seeded, db, schema):
-    if not web_supports_note():
-        pytest.skip("api.pause has no note= yet (arrives with the pause-note branch)")
+def test_api_pause_note_is_stored(web, seeded, db, schema):
     base = web(token=TOKEN)
     code, row = _api_post(f"{base}/api/schedules/heartbeat/pause", {"note": "deploy <b>freeze</b>"}, token=TOKEN)
     assert code == 200 and row["active"] is False
     assert db.execute("SELECT pause_note FROM job_schedules WHERE name = 'heartbeat'").fetchone()["pause_note"] \
         == "deploy <b>freeze</b>"
-    if "pause_note" in api.get(db, "heartbeat", schema=schema):  # the page shows what api.get returns
-        code, html = _get(base + "/schedules/heartbeat")
-        assert "deploy &lt;b&gt;freeze&lt;/b&gt;" in html
-
-
-def web_supports_note() -> bool:
-    return dashboard.supports_pause_note()
+    code, html = _get(base + "/schedules/heartbeat")
+    assert "deploy &lt;b&gt;freeze&lt;/b&gt;" in html
 
 
 # ---------------------------------------------------------------------------
@@ -459,9 +404,7 @@ def test_pause_from_the_page_reaches_a_running_beat_within_a_second(web, db, pg_
         page = _page(chromium)
         _login(page, base, "/schedules/tick")
         expect(page.locator("#state")).to_have_text("active")
-        note = dashboard.supports_pause_note()
-        if note:
-            page.fill('#pause-form input[name="note"]', "maintenance <window>")
+        page.fill('#pause-form input[name="note"]', "maintenance <window>")
         clicked = _clock(db)
         with _watch_pause(pg_dsn, schema, "tick") as seen:
             page.get_by_role("button", name="Pause").click()
@@ -479,21 +422,17 @@ def test_pause_from_the_page_reaches_a_running_beat_within_a_second(web, db, pg_
         assert all(r["scheduled_for"] <= clicked + timedelta(seconds=2) for r in late), explain
         print(explain)
         assert _active(db, "tick") is False and beat.alive()
-        if note:
-            assert db.execute("SELECT pause_note FROM job_schedules WHERE name = 'tick'").fetchone()["pause_note"] \
-                == "maintenance <window>"
-            if "pause_note" in api.get(db, "tick", schema=schema):
-                expect(page.locator("#pause-note")).to_contain_text("maintenance <window>")
+        assert db.execute("SELECT pause_note FROM job_schedules WHERE name = 'tick'").fetchone()["pause_note"] \
+            == "maintenance <window>"
+        expect(page.locator("#pause-note")).to_contain_text("maintenance <window>")
     finally:
         beat.stop()
         delete_queue(amqp_url, queue)
 
 
-def test_backfill_from_the_page_when_supported(web, db, schema, chromium):
+def test_backfill_from_the_page(web, db, schema, chromium):
     from playwright.sync_api import expect
 
-    if not dashboard.supports_backfill():
-        pytest.skip("api.backfill does not exist yet (arrives with the backfill branch)")
     api.create(db, "hourly", "proj.hourly", cron="0 * * * *", schema=schema)
     base = web(token=TOKEN)
     page = _page(chromium)
@@ -508,32 +447,20 @@ def test_backfill_from_the_page_when_supported(web, db, schema, chromium):
                      " AND scheduled_for BETWEEN %s AND %s", start, end) == 3
 
 
-def test_dashboard_calls_pause_note_and_backfill_with_the_announced_signatures(monkeypatch):
-    """Until the pause-note and backfill branches land, fakes with exactly their signatures stand in."""
-    calls = []
-
-    def pause(conn_or_dsn, name, *, note=None, schema="runledger"):
-        calls.append(("pause", conn_or_dsn, name, note, schema))
-        return {"name": name}
-
-    def backfill(conn_or_dsn, name, start, end, max_slots=10000, *, schema="runledger"):
-        calls.append(("backfill", conn_or_dsn, name, start, end, max_slots, schema))
-        return {"created": 3, "skipped": 0}
-
-    monkeypatch.setattr(api, "pause", pause)
-    monkeypatch.setattr(api, "backfill", backfill, raising=False)
-    assert dashboard.supports_pause_note() and dashboard.supports_backfill()
-    board = dashboard.Dashboard("postgresql://nowhere", "s1", TOKEN)
-    board.perform("pause", "a/b", {"note": "  why  "})
-    board.perform("pause", "a/b", {"note": ""})
-    board.perform("backfill", "a/b", {"from": "2030-01-01T00:00", "to": "2030-01-01T03:00:00Z"})
-    utc = timezone.utc
-    assert calls == [("pause", "postgresql://nowhere", "a/b", "why", "s1"),
-                     ("pause", "postgresql://nowhere", "a/b", None, "s1"),
-                     ("backfill", "postgresql://nowhere", "a/b", datetime(2030, 1, 1, tzinfo=utc),
-                      datetime(2030, 1, 1, 3, tzinfo=utc), 10000, "s1")]
-    with pytest.raises(dashboard.ScheduleError):
-        board.perform("pause", "a/b", {"note": "x" * (dashboard.MAX_NOTE + 1)})
-    with pytest.raises(dashboard.ScheduleError):
+def test_the_dashboard_passes_notes_and_backfill_ranges_to_the_api(db, pg_dsn, schema):
+    api.create(db, "a/b", "proj.x", cron="0 * * * *", schema=schema)
+    board = dashboard.Dashboard(pg_dsn, schema, TOKEN)
+    assert board.perform("pause", "a/b", {"note": "  why  "})["pause_note"] == "why"
+    board.perform("resume", "a/b", {})
+    assert board.perform("pause", "a/b", {"note": ""})["pause_note"] is None
+    end = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    done = board.perform("backfill", "a/b", {"from": (end - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M"),
+                                             "to": end.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    assert done["from"] == end - timedelta(hours=3) and done["to"] == end and done["created"] == 3
+    with pytest.raises(dashboard.ScheduleError) as info:
+        board.perform("pause", "a/b", {"note": "x" * (MAX_NOTE_LEN + 1)})
+    assert info.value.field == "note"
+    with pytest.raises(dashboard.ScheduleError) as info:
         board.perform("backfill", "a/b", {"from": "2030-01-01T00:00"})
+    assert info.value.field == "to"
     assert dashboard._done("backfill", {"created": 3, "skipped": 0}) == "backfill done: created 3, skipped 0"
