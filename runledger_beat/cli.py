@@ -51,9 +51,7 @@ import json
 import os
 import socket
 import sys
-import uuid
 from collections.abc import Callable
-from datetime import date, datetime
 from typing import Any
 
 import psycopg
@@ -62,7 +60,7 @@ from . import __version__, api
 from .argtypes import Bounded
 from .db import APPLICATION_NAME, ConfigError, check_dsn, connect, migrate, redact_dsn, require_schema, safe_error
 from .extras import require
-from .formats import format_rfc3339, parse_duration
+from .formats import format_rfc3339, jsonable, parse_duration
 from .limits import MAX_JITTER_SECONDS, MAX_PRIORITY, MIN_PRIORITY
 from .redaction import dsn_has_password, read_dsn_file
 from .spec import check_seconds, parse_json
@@ -86,24 +84,8 @@ class UsageError(Exception):
 # Output
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return format_rfc3339(value)
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)  # e.g. a value the database holds that is not plain JSON
-
-
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    print(json.dumps(_jsonable(data), indent=2, sort_keys=True) if getattr(args, "json", False) else text)
+    print(json.dumps(jsonable(data), indent=2, sort_keys=True) if getattr(args, "json", False) else text)
 
 
 def _line(s: dict) -> str:
@@ -216,7 +198,7 @@ def cmd_show(args: argparse.Namespace, dsn: str) -> int:
         raise ScheduleError("name", f"no schedule named {args.name!r}")
     fires = api.next_fires(dsn, args.name, 5, schema=args.schema)
     jobs = api.history(dsn, args.name, limit=5, schema=args.schema)
-    text = "\n".join([f"{k}: {_jsonable(v)}" for k, v in row.items()]
+    text = "\n".join([f"{k}: {jsonable(v)}" for k, v in row.items()]
                      + ["next fires:"] + [f"  {format_rfc3339(f)}" for f in fires]
                      + ["history:"] + [f"  {_job_line(j)}" for j in jobs])
     _emit(args, {"schedule": row, "next_fires": fires, "history": jobs}, text)
@@ -336,7 +318,7 @@ def cmd_backfill(args: argparse.Namespace, dsn: str) -> int:
 def _audit_line(entry: dict) -> list[Any]:
     changed = sorted(set(entry["before"] or {}) | set(entry["after"] or {}))
     if entry["operation"] == "UPDATE":
-        before, after = _jsonable(entry["before"]), _jsonable(entry["after"])
+        before, after = jsonable(entry["before"]), jsonable(entry["after"])
         what = ", ".join(f"{k}: {json.dumps(before[k])} -> {json.dumps(after[k])}" for k in changed)
     else:
         what = f"{len(changed)} columns"

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import math
 import re
+import uuid
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
+from typing import Any
 
 from .cron import ScheduleError, zone
+from .limits import MAX_JSON_DEPTH
 
 UTC = timezone.utc
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
@@ -65,6 +68,27 @@ def format_rfc3339(dt: datetime) -> str:
     elif dt.microsecond:
         text += f".{dt.microsecond:06d}"
     return text + "Z"
+
+
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """A value as JSON carries it: datetimes RFC 3339, dates ISO 8601, UUIDs and other objects as text. A value
+    nested deeper than MAX_JSON_DEPTH (only raw SQL can store one) becomes a note saying so, so printing a stored
+    row never exhausts Python's recursion limit."""
+    if isinstance(value, (dict, list, tuple)) and depth >= MAX_JSON_DEPTH:
+        return f"<nested deeper than {MAX_JSON_DEPTH} levels>"
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, depth + 1) for v in value]
+    if isinstance(value, datetime):
+        return format_rfc3339(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)  # e.g. a value the database holds that is not plain JSON
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

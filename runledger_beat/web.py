@@ -39,9 +39,7 @@ import json
 import logging
 import math
 import secrets
-import uuid
 from collections.abc import Iterable
-from datetime import datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -50,7 +48,7 @@ import psycopg
 
 from . import api
 from .db import DEFAULT_SCHEMA, ConfigError, check_dsn, connect, require_schema, safe_error
-from .formats import format_rfc3339, parse_instant
+from .formats import format_rfc3339, jsonable, parse_instant
 from .spec import MAX_NOTE_LEN, check_count, check_lookup, parse_json
 from .store import Store
 from .timeengine import ScheduleError
@@ -139,21 +137,6 @@ def lag_plot(series: list[dict], width: int = 640, height: int = 160, pad: int =
     out.update(points=" ".join(points), top=top, bottom=bottom,
                zero_y=round(height - pad - (0 - bottom) / span * (height - 2 * pad), 1))
     return out
-
-
-def jsonable(value: Any) -> Any:
-    """Datetimes as RFC 3339, ids as strings, the rest as JSON allows."""
-    if isinstance(value, datetime):
-        return format_rfc3339(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
 
 
 def schedule_path(name: str) -> str:

@@ -282,3 +282,12 @@ def test_an_unparsable_dsn_never_shows_the_password(template, command):
     done = subprocess.run([sys.executable, "-m", "runledger_beat.cli", "--dsn", dsn, command], cwd=ROOT,
                           env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
     assert done.returncode in (1, 2) and marker not in done.stdout + done.stderr, done.stderr
+
+
+def test_a_row_nested_900_deep_by_raw_sql_prints_without_a_traceback(capsys, pg_dsn, schema, db, seeded):
+    """Raw SQL can store JSON deeper than the API accepts; show and list print it, cut at the depth limit."""
+    db.execute("UPDATE job_schedules SET payload_template"
+               " = jsonb_build_object('args', %s::jsonb, 'kwargs', '{}'::jsonb)", ("[" * 900 + "]" * 900,))
+    for argv in (("show", "kept", "--json"), ("show", "kept"), ("list", "--json")):
+        code, out, err = run(capsys, pg_dsn, schema, *argv)
+        assert code == 0 and "nested deeper than 64 levels" in out, (argv, err[-300:])

@@ -14,6 +14,7 @@
   test_hostile_form_input_gets_a_4xx_or_a_refusal_and_changes_nothing
 - an uncaught error answers a plain 500 and logs one redacted line:
   test_an_uncaught_error_answers_a_plain_500_and_logs_no_password
+- a row nested 900 deep by raw SQL still renders: test_a_row_nested_900_deep_by_raw_sql_still_renders
 - the guards' parts (Host parsing, per-/64 counting, bounded memory): test_host_names_client_keys_and_bounded_memory
 """
 
@@ -339,6 +340,17 @@ def test_hostile_form_input_gets_a_4xx_or_a_refusal_and_changes_nothing(web, see
         assert "pause refused: note:" in page.decode(), note[:20]
     assert snapshot(db) == seeded
     assert "Traceback" not in web.procs[0].log()
+
+
+def test_a_row_nested_900_deep_by_raw_sql_still_renders(web, seeded, db):
+    db.execute("UPDATE job_schedules SET payload_template"
+               " = jsonb_build_object('args', %s::jsonb, 'kwargs', '{}'::jsonb) WHERE name = 'heartbeat'",
+               ("[" * 900 + "]" * 900,))
+    base = web()
+    for path in ("/schedules/heartbeat", "/api/schedules/heartbeat", "/api/schedules", "/"):
+        code, _, body = raw(base, "GET", path, headers={"Host": _host(base)})
+        assert code == 200 and b"heartbeat" in body, (path, code, body[:200])
+    assert b"nested deeper than 64 levels" in raw(base, "GET", "/api/schedules", headers={"Host": _host(base)})[2]
 
 
 def test_an_uncaught_error_answers_a_plain_500_and_logs_no_password(web, seeded, pg_dsn):
