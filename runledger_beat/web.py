@@ -64,7 +64,8 @@ HISTORY_ROWS = 50
 MAX_HISTORY_ROWS = 1000
 LAG_FIRES = 100
 PROBLEM_ROWS = 100
-MAX_BODY = 16 * 1024
+#: Largest request body: a 2000-character note of 4-byte characters, percent-encoded, and the rest of its form.
+MAX_BODY = 32 * 1024
 MAX_FORM_FIELDS = 20
 SESSION_MAX_AGE = 12 * 3600
 SESSION_COOKIE = "runledger_session"

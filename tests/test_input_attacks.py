@@ -4,6 +4,7 @@
   names, option strings and every JSON string (keys and values, nested): test_api_refuses_forged_characters,
   test_api_lookups_with_unstorable_characters_are_field_errors, test_cli_refuses_forged_characters,
   test_cli_refuses_undecodable_argv_bytes
+- the same through a Celery beat_schedule: test_the_importer_skips_forged_entries_and_imports_the_rest
 - JSON nested too deep, integers beyond 64 bits or 4,300 digits: test_api_refuses_deep_json_and_huge_integers,
   test_cli_refuses_deep_json_and_huge_integers
 - numeric options beyond their documented bounds: test_cli_numeric_options_out_of_range_exit_2,
@@ -124,6 +125,26 @@ def test_api_refuses_deep_json_and_huge_integers(db, schema, seeded):
     assert snapshot(db) == seeded
     edge = api.create(db, "edge", "proj.x", args=[2**63 - 1, -(2**63)], **create)
     assert edge["args"] == [2**63 - 1, -(2**63)]
+
+
+def test_the_importer_skips_forged_entries_and_imports_the_rest(db, schema, seeded):
+    from celery import Celery
+
+    from runledger_beat.importer import sync_beat_schedule
+
+    app = Celery("forged", broker="memory://")
+    entries = {"ok": {"task": "t.ok", "schedule": 60.0},
+               "nul": {"task": "t.x", "schedule": 60.0, "kwargs": {"user": "a\x00b"}},
+               "bidi\u202e": {"task": "t.x", "schedule": 60.0},
+               "deep": {"task": "t.x", "schedule": 60.0, "args": [2**64]},
+               "queue": {"task": "t.x", "schedule": 60.0, "options": {"queue": "q\u200b"}}}
+    report = sync_beat_schedule(db, app, entries)
+    assert report["created"] == 1 and set(report["errors"]) == {"nul", "bidi\u202e", "deep", "queue"}
+    assert "kwargs.user: contains a NUL character" in report["errors"]["nul"]
+    assert "args[0]:" in report["errors"]["deep"] and "queue:" in report["errors"]["queue"]
+    after = snapshot(db)
+    assert [r["name"] for r in after["job_schedules"]] == ["kept", "ok"]
+    assert after["jobs"] == seeded["jobs"] and after["calendars"] == seeded["calendars"]
 
 
 def test_spec_parse_json_turns_every_json_failure_into_a_field_error():

@@ -298,7 +298,7 @@ def test_hostile_api_input_gets_a_4xx_and_changes_nothing(web, seeded, db):
         ("POST", pause, b"[" * 8000 + b"]" * 8000, 400),
         ("POST", pause, b'{"note": ' + b"[" * 8000 + b"]" * 8000 + b"}", 400),
         ("POST", pause, b'{"note": ' + b"9" * 5000 + b"}", 400),
-        ("POST", pause, b'{"note": "' + b"x" * 20000 + b'"}', 413),
+        ("POST", pause, b'{"note": "' + b"x" * 40000 + b'"}', 413),
         ("POST", "/api/schedules/heart%00beat/pause", b"{}", 400),
         ("POST", "/api/schedules/heartbeat/backfill", b'{"from": "2020-01-01\\u0000", "to": "2020-01-02"}', 400),
     ]
@@ -325,7 +325,7 @@ def test_hostile_form_input_gets_a_4xx_or_a_refusal_and_changes_nothing(web, see
     bodies = [
         (b"csrf=" + csrf.encode() + b"&note=%ff%fe", 400),  # not UTF-8
         (b"&".join(b"f%d=1" % i for i in range(50)) + b"&csrf=" + csrf.encode(), 400),  # too many fields
-        (b"csrf=" + csrf.encode() + b"&note=" + b"x" * 20000, 413),
+        (b"csrf=" + csrf.encode() + b"&note=" + b"x" * 40000, 413),
     ]
     for body, status in bodies:
         code, headers, answer = raw(base, "POST", "/schedules/heartbeat/pause", body, form)
@@ -339,6 +339,11 @@ def test_hostile_form_input_gets_a_4xx_or_a_refusal_and_changes_nothing(web, see
         code, _, page = raw(base, "GET", headers["location"], headers=dict(host, Cookie=_cookie(headers)))
         assert "pause refused: note:" in page.decode(), note[:20]
     assert snapshot(db) == seeded
+    # the longest note the API takes, in 4-byte characters, fits in a form
+    code, headers, _ = raw(base, "POST", "/schedules/heartbeat/pause",
+                           urllib.parse.urlencode({"csrf": csrf, "note": "\U0001F600" * MAX_NOTE_LEN}).encode(), form)
+    assert code == 303 and db.execute("SELECT pause_note FROM job_schedules WHERE name = 'heartbeat'"
+                                      ).fetchone()["pause_note"] == "\U0001F600" * MAX_NOTE_LEN
     assert "Traceback" not in web.procs[0].log()
 
 
