@@ -23,9 +23,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg  # noqa: E402
-from runledger_beat.store import Store  # noqa: E402
 
 from bench.common import DSN, connect, drop_schema, emit, fresh_schema  # noqa: E402
+from runledger_beat.db.beat_store import BeatStore as Store  # noqa: E402
 
 BATCH = 1000
 #: Rounds left out at the start (caches, the plan cache).

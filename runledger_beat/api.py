@@ -54,6 +54,8 @@ from .spec import (
     SOURCES,
     TIMING_COLUMNS,
     ScheduleSpec,
+    check_count,
+    check_lookup,
     check_note,
     check_organization,
     check_row,
@@ -71,6 +73,8 @@ __all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "Sche
            "trigger", "update", "upsert"]
 
 _UNSET: Any = object()
+#: The largest row limit: SQL's LIMIT takes a bigint.
+MAX_LIMIT = 2**63 - 1
 
 
 # ---------------------------------------------------------------------------
@@ -226,6 +230,7 @@ def update(conn_or_dsn: Any, name: str, task: str = _UNSET, *, cron: Any = _UNSE
         max_jitter=max_jitter, misfire=misfire, grace=grace, overlap=overlap, start=start, end=end,
         organization_id=organization_id, active=active, day_and=day_and, source=source, skip_dates=skip_dates,
         calendar=calendar, overlap_terminate=overlap_terminate).items() if v is not _UNSET}
+    check_lookup("name", name)
     with _session(conn_or_dsn, schema) as store:
         old = store.schedule(name, lock=True)
         if old is None:
@@ -261,7 +266,7 @@ def _merged_options(current: Mapping[str, Any], changes: Any) -> dict[str, Any]:
 
 
 def _require(store: ScheduleStore, name: str, lock: bool = False) -> dict:
-    row = store.schedule(name, lock=lock)
+    row = store.schedule(check_lookup("name", name), lock=lock)
     if row is None:
         raise ScheduleError("name", f"no schedule named {name!r}")
     return row
@@ -269,6 +274,7 @@ def _require(store: ScheduleStore, name: str, lock: bool = False) -> dict:
 
 def get(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict | None:
     """The schedule ``name``, or None."""
+    check_lookup("name", name)
     with _session(conn_or_dsn, schema, write=False) as store:
         row = store.schedule(name)
     return public(row) if row else None
@@ -278,6 +284,8 @@ def list_schedules(conn_or_dsn: Any, task: str | None = None, organization_id: A
                    active: bool | None = None, *, schema: str = DEFAULT_SCHEMA) -> list[dict]:
     """Schedules ordered by name, optionally filtered."""
     org = check_organization(organization_id)
+    if task is not None:
+        check_lookup("task", task)
     with _session(conn_or_dsn, schema, write=False) as store:
         return [public(r) for r in store.schedules(task, org, active)]
 
@@ -307,6 +315,7 @@ def resume(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict
 
 def remove(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> bool:
     """Delete a schedule (its ledger rows stay); raises ScheduleError("name") when missing."""
+    check_lookup("name", name)
     with _session(conn_or_dsn, schema) as store:
         if not store.delete_schedule(name):
             raise ScheduleError("name", f"no schedule named {name!r}")
@@ -330,8 +339,10 @@ def trigger(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dic
 def history(conn_or_dsn: Any, name: str, limit: int = 20, status: str | None = None, *,
             schema: str = DEFAULT_SCHEMA) -> list[dict]:
     """The latest ledger rows of a schedule (by name), newest first."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ScheduleError("limit", f"must be a positive integer, got {limit!r}")
+    check_lookup("name", name)
+    if status is not None:
+        check_lookup("status", status)
+    check_count("limit", limit, 1, MAX_LIMIT)
     with _session(conn_or_dsn, schema, write=False) as store:
         rows = store.history(name, status, limit)
     return [public_job(r) for r in rows]
@@ -367,8 +378,7 @@ def backfill(conn_or_dsn: Any, name: str, start: Any, end: Any, max_slots: int =
     Naive ``start``/``end`` are in the schedule's time zone. Returns {"schedule", "from", "to", "slots",
     "created", "existing", "ids"} (ids of the rows created, in slot order).
     """
-    if isinstance(max_slots, bool) or not isinstance(max_slots, int) or max_slots < 1:
-        raise ScheduleError("max", f"must be a positive integer, got {max_slots!r}")
+    check_count("max", max_slots, 1, MAX_LIMIT)
     with _session(conn_or_dsn, schema) as store:
         row = _require(store, name)
         tz = row["timezone"]
@@ -435,6 +445,7 @@ def list_calendars(conn_or_dsn: Any, *, schema: str = DEFAULT_SCHEMA) -> list[di
 
 def remove_calendar(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> bool:
     """Delete a calendar; ScheduleError("calendar") when missing or still used by schedules."""
+    check_lookup("calendar", name)
     with _session(conn_or_dsn, schema) as store:
         users = store.calendar_users(name)
         if users:
@@ -455,8 +466,9 @@ def audit(conn_or_dsn: Any, name: str | None = None, since: Any = None, *, limit
     """
     from .spec import check_seconds
     since_seconds = check_seconds("since", since)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ScheduleError("limit", f"must be a positive integer, got {limit!r}")
+    if name is not None:
+        check_lookup("name", name)
+    check_count("limit", limit, 1, MAX_LIMIT)
     with _session(conn_or_dsn, schema, write=False) as store:
         rows = store.audit(name, since_seconds, limit)
     return [dict(r, schedule_id=str(r["schedule_id"]) if r["schedule_id"] else None) for r in rows]

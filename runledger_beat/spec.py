@@ -5,6 +5,18 @@ describe a schedule with a ``ScheduleSpec`` and turn it into table columns with
 ``columns()``, which checks every field first and raises ``ScheduleError(field,
 reason)``, so nothing invalid is ever written. The CHECK constraints of the
 migrations guard the same rules for raw SQL (limits.py holds the shared bounds).
+
+Text is checked here too, for every interface: names, tasks, notes, calendar
+names, option strings and every string in args, kwargs and headers (keys and
+values, at any depth) refuse a NUL (Postgres cannot store it), a lone surrogate
+(not Unicode text; UTF-8 cannot encode it) and the invisible format characters
+of Unicode category Cf (bidi controls such as U+202E, zero-width spaces and
+joiners, the byte order mark, soft hyphens, tag characters), which make a name
+or a value look like another on screen. That includes the zero-width joiner of
+emoji sequences: send such text escaped or encoded. JSON integers stay within 64
+bits, and ``parse_json`` turns every failure of JSON text (syntax, invalid
+UTF-8, nesting beyond Python's recursion limit, integers of more than 4,300
+digits) into a ``ScheduleError`` naming the field.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from .timing.limits import (
     MAX_CRON_LEN,
     MAX_INSTANT,
     MAX_JSON_DEPTH,
+    MAX_JSON_INT,
     MAX_NAME_LEN,
     MAX_OPTION_STRING_LEN,
     MAX_PRIORITY,
@@ -37,6 +50,7 @@ from .timing.limits import (
     MAX_TEMPLATE_BYTES,
     MAX_TZ_LEN,
     MIN_INSTANT,
+    MIN_JSON_INT,
     MIN_PRIORITY,
     OPTION_KEYS,
     PROTOCOL_HEADERS,
@@ -157,16 +171,74 @@ class ScheduleSpec:
         ).validate()
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for an error message: at most ``limit`` characters, and an integer too long to print
+    (beyond Python's 4,300 digits) by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except ValueError:  # a container holding such an integer
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def forbidden_character(value: str, format_ok: bool = False) -> str | None:
+    """Why ``value`` cannot be stored or shown faithfully: a NUL, a lone surrogate or (unless ``format_ok``) an
+    invisible format character (category Cf); None when it holds none."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    if value.isascii():
+        return None
+    for char in value:
+        if char > "\x7f":
+            category = unicodedata.category(char)
+            if category == "Cs":
+                return f"contains a lone surrogate (U+{ord(char):04X}), which is not Unicode text"
+            if category == "Cf" and not format_ok:
+                name = unicodedata.name(char, "")
+                return (f"contains the invisible format character U+{ord(char):04X}{' ' + name if name else ''} "
+                        "(bidi controls, zero-width characters and byte order marks disguise text on screen)")
+    return None
+
+
+def check_chars(field: str, value: str, format_ok: bool = False) -> str:
+    """``value`` unless it holds a NUL, a lone surrogate or (unless ``format_ok``) a format character."""
+    reason = forbidden_character(value, format_ok)
+    if reason:
+        raise ScheduleError(field, reason)
+    return value
+
+
+def check_lookup(field: str, value: Any) -> str:
+    """A name to look a row up by: text Postgres can hold (no NUL, no lone surrogate).
+
+    Names that are merely odd pass, so a row written before these checks (or by raw SQL) stays reachable.
+    """
+    if not isinstance(value, str):
+        raise ScheduleError(field, f"must be a string, got {type(value).__name__}")
+    return check_chars(field, value, format_ok=True)
+
+
 def check_text(field: str, value: Any, limit: int) -> str:
-    """A non-empty single-line string without surrounding spaces or control characters, at most ``limit`` long."""
+    """A non-empty single-line string without surrounding spaces, control or format characters, at most ``limit``
+    long."""
     if not isinstance(value, str) or not value:
         raise ScheduleError(field, "must be a non-empty string")
-    if value != value.strip():
-        raise ScheduleError(field, f"must not start or end with spaces: {value!r}")
     if len(value) > limit:
         raise ScheduleError(field, f"at most {limit} characters, got {len(value)}")
+    check_chars(field, value)
     if any(unicodedata.category(ch) == "Cc" for ch in value):
         raise ScheduleError(field, f"must not contain control characters: {value!r}")
+    if value != value.strip():
+        raise ScheduleError(field, f"must not start or end with spaces: {value!r}")
+    return value
+
+
+def check_count(field: str, value: Any, low: int, high: int) -> int:
+    """An integer in ``low``..``high`` (a row count, a limit)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ScheduleError(field, f"must be an integer between {low} and {high}, got {shown(value)}")
     return value
 
 
@@ -180,8 +252,8 @@ def check_instant(field: str, value: Any, tz: str) -> datetime | None:
 
 def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     """One of ``choices``."""
-    if value not in choices:
-        raise ScheduleError(field, f"unknown value {value!r}; expected {' or '.join(choices)}")
+    if not isinstance(value, str) or value not in choices:
+        raise ScheduleError(field, f"unknown value {shown(value)}; expected {' or '.join(choices)}")
     return value
 
 
@@ -192,13 +264,14 @@ def check_seconds(field: str, value: Any) -> float | None:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ScheduleError(field, f"expected a duration, got {value!r}")
+        raise ScheduleError(field, f"expected a duration, got {shown(value)}")
     elif isinstance(value, str):
         seconds = parse_duration(value, field)
     else:
-        seconds = float(value)
+        seconds = float(value) if not isinstance(value, int) or abs(value) <= MAX_SECONDS else math.inf
     if not math.isfinite(seconds) or not 0 <= seconds <= MAX_SECONDS:
-        raise ScheduleError(field, f"must be a finite number of seconds between 0 and {MAX_SECONDS}, got {value!r}")
+        raise ScheduleError(field, f"must be a finite number of seconds between 0 and {MAX_SECONDS}, "
+                                   f"got {shown(value)}")
     return seconds
 
 
@@ -234,12 +307,13 @@ def check_calendar_name(value: Any) -> str | None:
 def check_bool(field: str, value: Any) -> bool:
     """True or false."""
     if not isinstance(value, bool):
-        raise ScheduleError(field, f"must be true or false, got {value!r}")
+        raise ScheduleError(field, f"must be true or false, got {shown(value)}")
     return value
 
 
 def check_note(value: Any) -> str | None:
-    """A pause note: text of at most MAX_NOTE_LEN characters; None or blank is no note."""
+    """A pause note: one line of at most MAX_NOTE_LEN characters, no control or format characters (the
+    command line prints it on the schedule's line); None or blank is no note."""
     if value is None:
         return None
     if not isinstance(value, str):
@@ -247,6 +321,9 @@ def check_note(value: Any) -> str | None:
     value = value.strip()
     if len(value) > MAX_NOTE_LEN:
         raise ScheduleError("note", f"at most {MAX_NOTE_LEN} characters, got {len(value)}")
+    check_chars("note", value)
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise ScheduleError("note", f"must be one line without control characters: {shown(value)}")
     return value or None
 
 
@@ -255,9 +332,9 @@ def check_organization(value: Any) -> str | None:
     if value is None or value == "":
         return None
     try:
-        return str(uuid.UUID(str(value)))
+        return str(uuid.UUID(value if isinstance(value, str) else str(value)))
     except ValueError:
-        raise ScheduleError("organization_id", f"must be a UUID, got {value!r}") from None
+        raise ScheduleError("organization_id", f"must be a UUID, got {shown(value)}") from None
 
 
 def check_template(args: Any, kwargs: Any) -> dict[str, Any]:
@@ -269,8 +346,6 @@ def check_template(args: Any, kwargs: Any) -> dict[str, Any]:
     kwargs = {} if kwargs is None else kwargs
     if not isinstance(kwargs, Mapping):
         raise ScheduleError("kwargs", f"must be an object, got {type(kwargs).__name__}")
-    if not all(isinstance(k, str) for k in kwargs):
-        raise ScheduleError("kwargs", "keys must be strings")
     template = {"args": list(args), "kwargs": dict(kwargs)}
     for field in ("args", "kwargs"):
         check_json(field, template[field])
@@ -279,23 +354,68 @@ def check_template(args: Any, kwargs: Any) -> dict[str, Any]:
     return template
 
 
+def parse_json(field: str, text: str | bytes) -> Any:
+    """JSON text as Python values; a syntax error, invalid UTF-8, nesting beyond Python's recursion limit or an
+    integer of more than 4,300 digits is a ScheduleError naming ``field`` (the values still need ``check_json``)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ScheduleError(field, f"nested too deeply (at most {MAX_JSON_DEPTH} levels)") from None
+    except json.JSONDecodeError as exc:
+        raise ScheduleError(field, f"not valid JSON ({exc.msg} at character {exc.pos})") from None
+    except UnicodeDecodeError:
+        raise ScheduleError(field, "not valid JSON (not UTF-8 text)") from None
+    except ValueError:  # Python refuses to read integers of more than sys.get_int_max_str_digits() digits
+        raise ScheduleError(field, "not valid JSON here: an integer of thousands of digits "
+                                   f"(integers must be within {MIN_JSON_INT}..{MAX_JSON_INT})") from None
+
+
 def check_json(field: str, value: Any) -> None:
-    """Plain JSON (no NaN or infinity, string keys), nested at most MAX_JSON_DEPTH deep."""
-    stack = [(value, 1)]
+    """Plain JSON nested at most MAX_JSON_DEPTH deep: string keys, finite numbers, integers within 64 bits, strings
+    without NUL, lone surrogates or format characters. Errors name the place: ``kwargs.user``, ``args[0][2]``."""
+    stack: list[tuple[Any, int, tuple]] = [(value, 1, (None, field))]
     while stack:
-        item, depth = stack.pop()
+        item, depth, place = stack.pop()
         if depth > MAX_JSON_DEPTH:
             raise ScheduleError(field, f"nested deeper than {MAX_JSON_DEPTH} levels")
-        if isinstance(item, dict):
-            if not all(isinstance(k, str) for k in item):
-                raise ScheduleError(field, "object keys must be strings")
-            stack.extend((v, depth + 1) for v in item.values())
+        if isinstance(item, str):
+            check_chars(_place(place), item)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise ScheduleError(_place(place), "object keys must be strings")
+                reason = forbidden_character(key)
+                if reason:
+                    raise ScheduleError(_place(place), f"key {shown(key)}: {reason}")
+                stack.append((child, depth + 1, (place, key)))
         elif isinstance(item, (list, tuple)):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise ScheduleError(field, f"{item!r} is not valid JSON")
-        elif item is not None and not isinstance(item, (str, int, float, bool)):
-            raise ScheduleError(field, f"{type(item).__name__} is not JSON (use strings, numbers, lists, objects)")
+            stack.extend((child, depth + 1, (place, index)) for index, child in enumerate(item))
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not MIN_JSON_INT <= item <= MAX_JSON_INT:
+                raise ScheduleError(_place(place), f"an integer beyond the 64-bit range {MIN_JSON_INT}..{MAX_JSON_INT} "
+                                                   "(jsonb and Celery's consumers cannot carry it)")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ScheduleError(_place(place), f"{item!r} is not valid JSON")
+        else:
+            raise ScheduleError(_place(place), f"{type(item).__name__} is not JSON (use strings, numbers, lists, "
+                                               "objects)")
+
+
+def _place(place: tuple) -> str:
+    """The text of a place in a JSON value: its field, then ``.key`` or ``[index]`` steps (odd keys quoted)."""
+    steps = []
+    while place[0] is not None:
+        place, step = place
+        if isinstance(step, int):
+            steps.append(f"[{step}]")
+        elif step.isprintable() and step and len(step) <= 64:
+            steps.append(f".{step}")
+        else:
+            steps.append(f"[{shown(step, 64)}]")
+    return place[1] + "".join(reversed(steps))
 
 
 def check_options(options: Any) -> dict[str, Any]:
@@ -318,16 +438,14 @@ def _option(key: str, value: Any) -> Any:
     if key in STRING_OPTIONS:
         if not isinstance(value, str) or not value or len(value) > MAX_OPTION_STRING_LEN:
             raise ScheduleError(key, f"must be a non-empty string of at most {MAX_OPTION_STRING_LEN} characters, "
-                                f"got {value!r}")
-        return value
+                                f"got {shown(value)}")
+        return check_chars(key, value)
     if key == "priority":
         if isinstance(value, bool) or not isinstance(value, int) or not MIN_PRIORITY <= value <= MAX_PRIORITY:
-            raise ScheduleError("priority", f"must be an integer {MIN_PRIORITY}..{MAX_PRIORITY}, got {value!r}")
+            raise ScheduleError("priority", f"must be an integer {MIN_PRIORITY}..{MAX_PRIORITY}, got {shown(value)}")
         return value
     if key == "ignore_result":
-        if not isinstance(value, bool):
-            raise ScheduleError("ignore_result", f"must be true or false, got {value!r}")
-        return value
+        return check_bool("ignore_result", value)
     if key == "headers":
         return _headers(value)
     if key not in SECONDS_OPTIONS:
@@ -341,7 +459,7 @@ def _option(key: str, value: Any) -> Any:
 def _headers(value: Any) -> dict[str, Any]:
     """Extra message headers: plain JSON, never a protocol header."""
     if not isinstance(value, Mapping):
-        raise ScheduleError("headers", f"must be an object, got {value!r}")
+        raise ScheduleError("headers", f"must be an object, got {shown(value)}")
     reserved = sorted(k for k in value if k in PROTOCOL_HEADERS)
     if reserved:
         raise ScheduleError("headers", f"may not set protocol headers: {', '.join(reserved)}")

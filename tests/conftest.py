@@ -14,8 +14,10 @@ import pytest
 
 from runledger_beat.db import connect, drop_schema, migrate
 
+from .support.dashboard import chromium, seeded  # noqa: F401 -- fixtures of the dashboard's tests
 from .support.private import PostgresCluster, RabbitNode
 from .support.services import find_amqp, find_postgres, find_redis
+from .support.webproc import start_web
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +61,21 @@ def amqp_url() -> str:
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     return find_redis()
+
+
+@pytest.fixture
+def web(pg_dsn, schema):
+    """Start `runledger-beat web` on a free port; yields a function (token=None, env=None, args=(), dsn=None) -> base
+    URL. The processes are stopped afterwards; ``web.procs`` lists them (their logs)."""
+    started: list = []
+
+    def start(token: str | None = None, env: dict | None = None, args: tuple = (), dsn: str | None = None) -> str:
+        return start_web(pg_dsn, schema, started, token, env, args, dsn)
+
+    start.procs = started
+    yield start
+    for proc in started:
+        proc.stop()
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from psycopg.rows import dict_row
 
 from ..errors import ConfigError
 from .loaders import register_safe_loaders
+from .redaction import safe_error
 
 DEFAULT_SCHEMA = "runledger"
 #: The application_name of connections opened without one (the CLI sets its own; the audit log shows it).
@@ -46,6 +47,18 @@ def check_schema_name(schema: str) -> str:
         raise ConfigError(f"runledger_schema: {schema!r} is not a plain SQL identifier")
     return schema
 
+
+
+def check_dsn(dsn: str) -> str:
+    """Return the DSN, or raise ConfigError (the password masked) when psycopg cannot parse it: a ``%`` not
+    followed by two hex digits in a URL, an unterminated quote in key=value form. Checked before anything runs,
+    so the error is never a traceback that quotes the password."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except (psycopg.Error, UnicodeError, ValueError) as exc:
+        raise ConfigError(f"dsn: cannot be parsed: {safe_error(exc, dsn)} (in a URL, percent-encode the password's "
+                          "special characters: % is %25, @ is %40; in key=value form, quote it as 'p w')") from None
+    return dsn
 
 
 def _keepalives(dsn: str) -> dict[str, int]:

@@ -21,9 +21,12 @@ from typing import Any
 from ..db.connect import connect
 from ..db.migrate import migrate
 from ..extras import needs
+from ..ops.argtypes import Bounded
 from .store import DemoStore
 
 SCHEMA = "runledger"
+#: Longest run of the demo (an hour).
+MAX_SECONDS = 3600
 #: (name, cron, max jitter seconds)
 DEMO_SCHEDULES = [
     ("every-second", "* * * * * *", 0),
@@ -150,8 +153,14 @@ def run_demo(args: argparse.Namespace) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the demo's options on ``parser`` (the `demo` subcommand's or a fresh one)."""
+    parser.add_argument("--seconds", type=Bounded(float, 1, MAX_SECONDS), default=20.0,
+                        help=f"how long to run, 1..{MAX_SECONDS} seconds (default 20)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``--seconds`` and run the demo."""
     parser = argparse.ArgumentParser(prog="runledger-beat demo")
-    parser.add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
+    add_demo_arguments(parser)
     return run_demo(parser.parse_args(argv))

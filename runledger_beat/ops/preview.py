@@ -17,9 +17,13 @@ from ..spec import check_skip_dates
 from ..timing.cron import zone
 from ..timing.engine import Timing, fire_times
 from ..timing.formats import format_rfc3339, parse_duration, parse_instant
+from ..timing.limits import MAX_JITTER_SECONDS
+from .argtypes import Bounded
 from .output import render_table
 
 UTC = timezone.utc
+#: Most fires one preview lists.
+MAX_COUNT = 10000
 
 
 def add_preview_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +34,10 @@ def add_preview_arguments(parser: argparse.ArgumentParser) -> None:
     form.add_argument("--at", metavar="ISO", help="one-off instant (ISO 8601; naive means --tz)")
     parser.add_argument("--tz", default="UTC", metavar="NAME", help="IANA time zone (default UTC)")
     parser.add_argument("--after", metavar="ISO", help="list fires after this instant (default now)")
-    parser.add_argument("--count", type=int, default=10, metavar="N", help="how many fires (default 10)")
-    parser.add_argument("--jitter", type=int, default=0, metavar="S", help="max jitter in seconds")
+    parser.add_argument("--count", type=Bounded(int, 1, MAX_COUNT), default=10, metavar="N",
+                        help=f"how many fires, 1..{MAX_COUNT} (default 10)")
+    parser.add_argument("--jitter", type=Bounded(int, 0, MAX_JITTER_SECONDS), default=0, metavar="S",
+                        help=f"max jitter in seconds, 0..{MAX_JITTER_SECONDS}")
     parser.add_argument(
         "--id", default=str(uuid.UUID(int=0)), metavar="UUID", help="schedule id (seeds jitter and H fields)"
     )
@@ -68,8 +74,6 @@ def _table(fires: list[datetime], tz_name: str) -> str:
 def run_preview(args: argparse.Namespace) -> int:
     """Print the fires for parsed `args`; 0 on success, 2 on invalid input."""
     try:
-        if args.count < 1:
-            raise ScheduleError("count", f"must be at least 1, got {args.count}")
         try:
             schedule_id = uuid.UUID(args.id)
         except ValueError:
@@ -94,7 +98,11 @@ def preview_command(argv: list[str] | None = None) -> int:
     """Stand-alone entry: parse argv and run the preview."""
     parser = argparse.ArgumentParser(prog="runledger-beat preview", description="Show the next fires of a schedule.")
     add_preview_arguments(parser)
-    return run_preview(parser.parse_args(argv))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # bad usage: argparse printed why
+        return int(exc.code or 0)
+    return run_preview(args)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Lags are p50/p99/max seconds from scheduled_for to sent_at and to started_at.
 from __future__ import annotations
 
 from ..db.ops_store import OpsStore
+from ..spec import check_lookup
 from ..timing.formats import parse_duration
 from .output import render_table
 
@@ -17,6 +18,8 @@ LAGS = ("send_lag_p50", "send_lag_p99", "send_lag_max", "start_lag_p50", "start_
 
 def stats(conn, name: str | None = None, since_seconds: float | None = None) -> list[dict]:
     """One dict per schedule name: name, total, counts {status: n}, and the lag numbers."""
+    if name is not None:
+        check_lookup("name", name)
     rows = OpsStore(conn).job_stats(name, since_seconds)
     if not conn.autocommit:
         conn.commit()

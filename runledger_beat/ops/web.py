@@ -1,21 +1,32 @@
 """`runledger-beat web`: the dashboard (Starlette + Jinja2, served by uvicorn).
 
-Pages (anyone who reaches the port may read them): ``/`` the schedules (timing
-in words, zone, state, next three fires, last status and the lag of the last
-fire), ``/schedules/{name}`` one schedule (next ten fires, history with
-duration and worker, an inline SVG plot of the lag of its last 100 fires),
-``/beats`` the running beats, ``/problems`` quarantined or failing schedules
-and ledger rows that failed, were lost or expired. JSON: ``GET /api/schedules``
-and ``GET /api/schedules/{name}``, datetimes RFC 3339.
+Pages: ``/`` the schedules (timing in words, zone, state, next three fires,
+last status and the lag of the last fire), ``/schedules/{name}`` one schedule
+(next ten fires, history with duration and worker, an inline SVG plot of the lag
+of its last 100 fires), ``/beats`` the running beats, ``/problems`` quarantined
+or failing schedules and ledger rows that failed, were lost or expired. JSON:
+``GET /api/schedules`` and ``GET /api/schedules/{name}[?limit=N]``, datetimes
+RFC 3339.
 
 Writes (pause with a note, resume, trigger, backfill) are gated by one shared
-token, env ``RUNLEDGER_WEB_TOKEN``: the JSON API wants ``Authorization: Bearer
-<token>``; the HTML forms want a session from ``/login`` (the token, compared
-in constant time) — a signed cookie (Starlette SessionMiddleware, secret
-derived from the token, httponly, samesite=strict) — and the session's CSRF
-token in every form. Without a token the dashboard is read-only: no buttons,
-and every write answers 403 and changes nothing. Every read and write goes
-through runledger_beat.api and the stores, one short connection per request.
+token, env ``RUNLEDGER_WEB_TOKEN`` (at least 16 characters): the JSON API wants
+``Authorization: Bearer <token>``; the HTML forms want a session from ``/login``
+(the token, compared in constant time) and the session's CSRF token in every
+form. The session is a signed cookie (Starlette SessionMiddleware, key derived
+from the token, httponly, samesite=strict, Secure with ``https``) holding a
+random id that is logged in only while this process keeps it
+(``websecurity.Sessions``): logout ends it, also for a copy of the cookie.
+Without a token the dashboard is read-only: no buttons, and every write answers
+403 and changes nothing. ``private`` makes reading need the login or the bearer
+token too (``/healthz`` stays open).
+
+Every request first passes ``websecurity.Guard``: a Host header not allowed
+(DNS rebinding) gets 400 before any other work, and an uncaught error is logged
+redacted and answers a plain 500. Wrong tokens are counted per client address:
+the sixth within a minute answers 429. Bad input answers a 4xx: JSON for
+``/api/*``, an HTML page otherwise; form fields a schedule refuses come back as
+the refusal on the schedule's page. Every read and write goes through
+runledger_beat.api and the stores, one short connection per request.
 A request that meets a schema without the runledger tables (dropped, or older
 than this code) answers 503 with the line ``runledger-beat`` prints for it.
 """
@@ -24,11 +35,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import inspect
 import json
-import math
-import os
+import logging
 import secrets
+from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -36,117 +46,34 @@ from urllib.parse import parse_qs, quote
 import psycopg
 
 from .. import api
-from ..db.connect import DEFAULT_SCHEMA, connect
+from ..db.connect import DEFAULT_SCHEMA, check_dsn, connect
 from ..db.migrate import require_schema
 from ..db.ops_store import OpsStore
 from ..db.redaction import safe_error
 from ..errors import ConfigError, ScheduleError
+from ..spec import MAX_NOTE_LEN, check_count, check_lookup, parse_json
 from ..timing.formats import format_rfc3339, parse_instant
 from .output import jsonable
+from .pages import duration, lag_plot, schedule_path, seconds_words, timing_words
+from .websecurity import TOKEN_ENV, FailureLimiter, Guard, Sessions, check_token, served_hosts
 
-TOKEN_ENV = "RUNLEDGER_WEB_TOKEN"
+__all__ = ["TOKEN_ENV", "Dashboard", "create_app", "serve", "token_from_env"]
+
 ACTIONS = ("pause", "resume", "trigger", "backfill")
 LIST_FIRES = 3
 PAGE_FIRES = 10
 HISTORY_ROWS = 50
+#: Most history rows ``GET /api/schedules/{name}?limit=N`` returns.
+MAX_HISTORY_ROWS = 1000
 LAG_FIRES = 100
 PROBLEM_ROWS = 100
-MAX_BODY = 16 * 1024
-MAX_NOTE = 1000
+#: Largest request body: a 2000-character note of 4-byte characters, percent-encoded, and the rest of its form.
+MAX_BODY = 32 * 1024
+MAX_FORM_FIELDS = 20
 SESSION_MAX_AGE = 12 * 3600
-SECURITY_HEADERS = [
-    (b"content-security-policy", b"default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
-                                 b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"same-origin"),
-]
-
-
-# ---------------------------------------------------------------------------
-# What the installed API offers (pause notes and backfill arrive in a later release)
-
-
-def supports_pause_note() -> bool:
-    """Whether ``api.pause`` takes ``note=``."""
-    return "note" in inspect.signature(api.pause).parameters
-
-
-def supports_backfill() -> bool:
-    """Whether ``api.backfill`` exists."""
-    return hasattr(api, "backfill")
-
-
-# ---------------------------------------------------------------------------
-# Words and numbers for the pages
-
-
-def _amount(value: float) -> str:
-    return f"{value:.3f}".rstrip("0").rstrip(".")
-
-
-def every_words(seconds: float) -> str:
-    """'30 s', '5 min', '2 h', '1 d', '90 s', '0.5 s'."""
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)} {unit}"
-    return f"{_amount(seconds)} s"
-
-
-def timing_words(s: dict) -> str:
-    """A schedule's timing in words: 'every 30 s', 'cron 0 2 * * * (Europe/Paris)', 'once at …'."""
-    if s.get("cron"):
-        day_and = ", day AND" if s.get("day_and") else ""
-        return f"cron {s['cron']} ({s['timezone']}{day_and})"
-    if s.get("every") is not None:
-        return f"every {every_words(float(s['every']))}"
-    if s.get("at"):
-        return f"once at {format_rfc3339(s['at'])}"
-    return "-"
-
-
-def seconds_words(value: float | None) -> str:
-    """A lag or a duration: '12 ms', '1.250 s', '3 min 20 s', '-' when unknown."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    if abs(value) < 1:
-        return f"{value * 1000:.0f} ms"
-    if abs(value) < 120:
-        return f"{value:.3f} s"
-    minutes, rest = divmod(int(round(value)), 60)
-    return f"{minutes} min {rest} s"
-
-
-def duration(job: dict) -> float | None:
-    """finished_at - started_at in seconds, None unless both are known."""
-    if job.get("started_at") and job.get("finished_at"):
-        return (job["finished_at"] - job["started_at"]).total_seconds()
-    return None
-
-
-def lag_plot(series: list[dict], width: int = 640, height: int = 160, pad: int = 28) -> dict:
-    """The SVG polyline of lag_seconds over the fires: {"points", "count", "max", "min", "width", "height", ...}."""
-    lags = [float(r["lag_seconds"]) for r in series if r.get("lag_seconds") is not None]
-    out = {"width": width, "height": height, "pad": pad, "count": len(lags), "points": "",
-           "max": max(lags, default=0.0), "min": min(lags, default=0.0)}
-    if not lags:
-        return out
-    top, bottom = max(max(lags), 0.001), min(min(lags), 0.0)
-    span = top - bottom
-    step = (width - 2 * pad) / max(len(lags) - 1, 1)
-    points = []
-    for i, lag in enumerate(lags):
-        x = pad + i * step
-        y = height - pad - (lag - bottom) / span * (height - 2 * pad)
-        points.append(f"{x:.1f},{y:.1f}")
-    out.update(points=" ".join(points), top=top, bottom=bottom,
-               zero_y=round(height - pad - (0 - bottom) / span * (height - 2 * pad), 1))
-    return out
-
-
-def schedule_path(name: str) -> str:
-    """The page of schedule ``name`` (every character but letters, digits and _.-~ percent-encoded)."""
-    return "/schedules/" + quote(name, safe="")
+SESSION_COOKIE = "runledger_session"
+#: The cookie's name with --https: the __Host- prefix makes browsers insist on Secure, path / and no Domain.
+SECURE_SESSION_COOKIE = "__Host-runledger_session"
 
 
 def session_secret(token: str) -> str:
@@ -160,8 +87,17 @@ def same_token(given: str | None, token: str) -> bool:
 
 
 def parse_form(body: bytes) -> dict[str, str]:
-    """An application/x-www-form-urlencoded body as {field: first value}."""
-    fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True, max_num_fields=20)
+    """An application/x-www-form-urlencoded body as {field: first value}; HTTPException 400 when it is not UTF-8
+    or has more than MAX_FORM_FIELDS fields."""
+    from starlette.exceptions import HTTPException
+
+    try:
+        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS,
+                          errors="strict")
+    except UnicodeDecodeError:
+        raise HTTPException(400, "the form is not UTF-8 text") from None
+    except ValueError:
+        raise HTTPException(400, f"a form has at most {MAX_FORM_FIELDS} fields") from None
     return {k: v[0] for k, v in fields.items()}
 
 
@@ -172,20 +108,18 @@ def safe_next(target: str | None) -> str:
     return "/"
 
 
-class _SecurityHeaders:
-    """ASGI middleware: a strict Content-Security-Policy (no script at all) and friends on every response."""
+def history_limit(text: str | None) -> int:
+    """The ``limit`` query parameter: history rows, 1..MAX_HISTORY_ROWS (default HISTORY_ROWS)."""
+    if text is None:
+        return HISTORY_ROWS
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise ScheduleError("limit", f"must be an integer in 1..{MAX_HISTORY_ROWS}, got {text[:20]!r}")
+    return check_count("limit", int(text), 1, MAX_HISTORY_ROWS)
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        async def send_with_headers(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + SECURITY_HEADERS
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)
+def _api(request: Any) -> bool:
+    """Whether the request is for the JSON API (its errors are JSON too)."""
+    return request.url.path.startswith("/api/")
 
 
 # ---------------------------------------------------------------------------
@@ -193,13 +127,21 @@ class _SecurityHeaders:
 
 
 class Dashboard:
-    """The routes' logic over one database / schema; ``token`` None means read-only."""
+    """The routes' logic over one database / schema.
 
-    def __init__(self, dsn: str, schema: str, token: str | None) -> None:
+    ``token`` None: nobody logs in and nothing changes. ``writable`` False (--read-only): a token only opens the
+    reads of a ``private`` dashboard. ``private``: reading needs the login or the bearer token too.
+    """
+
+    def __init__(self, dsn: str, schema: str, token: str | None, *, writable: bool = True,
+                 private: bool = False) -> None:
         from jinja2 import Environment, FileSystemLoader
         from starlette.templating import Jinja2Templates
 
         self.dsn, self.schema, self.token = dsn, schema, token or None
+        self.writable, self.private = self.token is not None and writable, private
+        self.sessions = Sessions(SESSION_MAX_AGE)
+        self.failures = FailureLimiter()
         folder = resources.files("runledger_beat.ops").joinpath("templates")
         env = Environment(loader=FileSystemLoader(str(folder)), autoescape=True)
         env.filters.update(when=lambda dt: format_rfc3339(dt) if dt else "-", seconds=seconds_words,
@@ -216,10 +158,11 @@ class Dashboard:
         return request.scope.get("session", {})
 
     def logged_in(self, request: Any) -> bool:
-        return self.token is not None and self.session(request).get("auth") is True
+        """Whether the request's session logged in with the token and has not logged out since."""
+        return self.token is not None and self.sessions.alive(self.session(request).get("auth"))
 
     def csrf(self, request: Any) -> str | None:
-        """This session's CSRF token (created on first use); None when read-only."""
+        """This session's CSRF token (created on first use); None when nobody can log in."""
         if self.token is None:
             return None
         session = self.session(request)
@@ -232,12 +175,27 @@ class Dashboard:
         expected = self.session(request).get("csrf")
         return bool(expected) and hmac.compare_digest(fields.get("csrf", "").encode(), expected.encode())
 
+    def client(self, request: Any) -> str | None:
+        """The client's address, whose failed attempts are counted (the TCP peer: no forwarded header)."""
+        return request.client.host if request.client else None
+
+    def bearer(self, request: Any) -> bool | None:
+        """True for ``Authorization: Bearer <the token>``, False for a Bearer with another token (a guess, counted
+        against the client), None when there is no Bearer at all."""
+        scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or self.token is None:
+            return None
+        if same_token(credentials.strip(), self.token):
+            return True
+        self.failures.failed(self.client(request))
+        return False
+
     def render(self, request: Any, name: str, status: int = 200, **context: Any) -> Any:
         session = self.session(request)
-        context.update(schema=self.schema, writable=self.token is not None, logged_in=self.logged_in(request),
-                       csrf=self.csrf(request), flash=session.pop("flash", None) if session else None,
-                       note_supported=supports_pause_note(), backfill_supported=supports_backfill(),
-                       path=request.url.path)
+        context.update(schema=self.schema, writable=self.writable, login_enabled=self.token is not None,
+                       logged_in=self.logged_in(request), csrf=self.csrf(request),
+                       flash=session.pop("flash", None) if session else None, path=request.url.path,
+                       max_note=MAX_NOTE_LEN)
         return self.templates.TemplateResponse(request, name, context, status_code=status)
 
     def refuse_html(self, request: Any, reason: str, status: int = 403) -> Any:
@@ -259,7 +217,63 @@ class Dashboard:
             return JSONResponse({"error": reason}, status_code=503)
         return self.refuse_html(request, reason, 503)
 
-    # -- pages ---------------------------------------------------------------------
+    def error(self, request: Any, status: int, reason: str, field: str | None = None,
+              headers: dict[str, str] | None = None) -> Any:
+        """An error answer: ``{"error", "field"}`` for /api/*, else the error page."""
+        from starlette.responses import JSONResponse
+
+        if _api(request):
+            body = {"error": reason, **({"field": field} if field else {})}
+            return JSONResponse(body, status_code=status, headers=headers)
+        response = self.refuse_html(request, f"{field}: {reason}" if field else reason, status)
+        response.headers.update(headers or {})
+        return response
+
+    def too_many(self, request: Any, wait: int) -> Any:
+        """429: this client failed too often; try again in ``wait`` seconds."""
+        return self.error(request, 429, f"Too many failed attempts from your address: try again in {wait} s",
+                          headers={"Retry-After": str(wait)})
+
+    # -- error handlers ------------------------------------------------------------
+
+    async def http_error(self, request: Any, exc: Any) -> Any:
+        """Starlette's HTTPException (404, 405, 413, 400 from the body readers) as JSON or the error page."""
+        return self.error(request, exc.status_code, exc.detail, headers=getattr(exc, "headers", None))
+
+    async def field_error(self, request: Any, exc: ScheduleError) -> Any:
+        """A field a read refused (a name Postgres cannot hold, a bad limit): 400."""
+        return self.error(request, 400, exc.reason, field=exc.field)
+
+    async def server_error(self, request: Any, exc: Exception) -> Any:
+        """An uncaught error: a plain 500 without details (websecurity.Guard logs it, redacted)."""
+        from starlette.responses import HTMLResponse, JSONResponse
+
+        if _api(request):
+            return JSONResponse({"error": "internal error (logged by the dashboard)"}, status_code=500)
+        return HTMLResponse("<!doctype html><title>500</title><h1>500</h1><p>Internal error (logged by the "
+                            "dashboard).</p>", status_code=500)
+
+    # -- reading -------------------------------------------------------------------
+
+    def reader(self, handler: Any) -> Any:
+        """``handler`` (a page or a JSON read) behind the ``private`` gate: without the login or the bearer token
+        a page redirects to /login and the API answers 401."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import RedirectResponse
+
+        async def gate(request: Any) -> Any:
+            if self.private and not self.logged_in(request):
+                wait = self.failures.retry_after(self.client(request))
+                if wait and request.headers.get("authorization"):
+                    return self.too_many(request, wait)
+                if not self.bearer(request):
+                    if _api(request):
+                        return self.error(request, 401, "log in or send 'Authorization: Bearer <token>'",
+                                          headers={"WWW-Authenticate": 'Bearer realm="runledger"'})
+                    return RedirectResponse("/login?next=" + quote(request.url.path, safe=""), status_code=303)
+            return await run_in_threadpool(handler, request)
+
+        return gate
 
     def schedules_page(self, request: Any) -> Any:
         with self.conn() as conn:
@@ -271,7 +285,7 @@ class Dashboard:
         return self.render(request, "overview.html", schedules=schedules)
 
     def schedule_page(self, request: Any) -> Any:
-        name = request.path_params["name"]
+        name = check_lookup("name", request.path_params["name"])
         with self.conn() as conn:
             row = api.get(conn, name, schema=self.schema)
             if row is None:
@@ -295,25 +309,33 @@ class Dashboard:
     def login_page(self, request: Any) -> Any:
         return self.render(request, "login.html", next=safe_next(request.query_params.get("next")))
 
+    def api_list(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        with self.conn() as conn:
+            rows = api.list_schedules(conn, schema=self.schema)
+        return JSONResponse(jsonable(rows))
+
+    def api_get(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        name = check_lookup("name", request.path_params["name"])
+        limit = history_limit(request.query_params.get("limit"))
+        with self.conn() as conn:
+            row = api.get(conn, name, schema=self.schema)
+            if row is None:
+                return JSONResponse({"error": f"no schedule named {name!r}"}, status_code=404)
+            fires = api.next_fires(conn, name, PAGE_FIRES, schema=self.schema)
+            jobs = api.history(conn, name, limit=limit, schema=self.schema)
+        return JSONResponse(jsonable({"schedule": row, "next_fires": fires, "history": jobs}))
+
     # -- the write actions, shared by the forms and the JSON API ----------------------
 
     def perform(self, action: str, name: str, fields: dict[str, Any]) -> Any:
         """Run one write through runledger_beat.api; raises ScheduleError on bad input or a missing schedule."""
         if action == "pause":
-            note = fields.get("note")
-            if note is not None and not isinstance(note, str):
-                raise ScheduleError("note", "must be a string")
-            note = (note or "").strip() or None
-            if note is not None and len(note) > MAX_NOTE:
-                raise ScheduleError("note", f"at most {MAX_NOTE} characters")
-            if supports_pause_note():
-                return api.pause(self.dsn, name, note=note, schema=self.schema)
-            if note is not None:
-                raise ScheduleError("note", "this runledger_beat cannot store pause notes (upgrade it)")
-            return api.pause(self.dsn, name, schema=self.schema)
+            return api.pause(self.dsn, name, note=fields.get("note"), schema=self.schema)
         if action == "backfill":
-            if not supports_backfill():
-                raise ScheduleError("backfill", "this runledger_beat has no backfill (upgrade it)")
             start = parse_instant("from", fields.get("from") or fields.get("start"))
             end = parse_instant("to", fields.get("to") or fields.get("end"))
             if start is None or end is None:
@@ -331,6 +353,7 @@ class Dashboard:
         fields, refusal = await self.checked_form(request)
         if refusal:
             return self.refuse_html(request, refusal)
+        check_lookup("name", name)
         try:
             result = await run_in_threadpool(self.perform, action, name, fields)
         except ScheduleError as exc:
@@ -341,12 +364,9 @@ class Dashboard:
 
     async def checked_form(self, request: Any) -> tuple[dict[str, str], str | None]:
         """The posted form, or why it is refused: read-only, not logged in, or a CSRF token that does not match."""
-        if self.token is None:
-            return {}, f"read-only dashboard: start it with {TOKEN_ENV} set to allow changes"
-        body = await _body(request)
-        if body is None:
-            return {}, "request too large"
-        fields = parse_form(body)
+        if not self.writable:
+            return {}, f"read-only dashboard: start it with {TOKEN_ENV} set (and without --read-only) to allow changes"
+        fields = parse_form(await _body(request))
         if not self.csrf_ok(request, fields):
             return {}, "missing or stale form token (CSRF): reload the page and try again"
         if not self.logged_in(request):
@@ -358,64 +378,51 @@ class Dashboard:
 
         if self.token is None:
             return self.refuse_html(request, f"read-only dashboard: start it with {TOKEN_ENV} set to log in")
-        body = await _body(request)
-        fields = parse_form(body or b"")
-        if body is None or not self.csrf_ok(request, fields):
+        wait = self.failures.retry_after(self.client(request))
+        if wait:
+            return self.too_many(request, wait)
+        fields = parse_form(await _body(request))
+        if not self.csrf_ok(request, fields):
             return self.refuse_html(request, "missing or stale form token (CSRF): reload the login page")
         if not same_token(fields.get("token"), self.token):
+            self.failures.failed(self.client(request))
             self.session(request)["flash"] = {"error": True, "text": "wrong token"}
             return RedirectResponse("/login?next=" + quote(safe_next(fields.get("next")), safe=""), status_code=303)
         session = self.session(request)
+        self.sessions.end(session.get("auth"))
         session.clear()
-        session.update(auth=True, csrf=secrets.token_urlsafe(32))
+        session.update(auth=self.sessions.start(), csrf=secrets.token_urlsafe(32))
         return RedirectResponse(safe_next(fields.get("next")), status_code=303)
 
     async def logout(self, request: Any) -> Any:
         from starlette.responses import RedirectResponse
 
         if self.token is not None:
-            if not self.csrf_ok(request, parse_form(await _body(request) or b"")):
+            if not self.csrf_ok(request, parse_form(await _body(request))):
                 return self.refuse_html(request, "missing or stale form token (CSRF): reload the page")
+            self.sessions.end(self.session(request).get("auth"))
             self.session(request).clear()
         return RedirectResponse("/", status_code=303)
-
-    # -- JSON ------------------------------------------------------------------------
-
-    def api_list(self, request: Any) -> Any:
-        from starlette.responses import JSONResponse
-
-        with self.conn() as conn:
-            rows = api.list_schedules(conn, schema=self.schema)
-        return JSONResponse(jsonable(rows))
-
-    def api_get(self, request: Any) -> Any:
-        from starlette.responses import JSONResponse
-
-        name = request.path_params["name"]
-        with self.conn() as conn:
-            row = api.get(conn, name, schema=self.schema)
-            if row is None:
-                return JSONResponse({"error": f"no schedule named {name!r}"}, status_code=404)
-            fires = api.next_fires(conn, name, PAGE_FIRES, schema=self.schema)
-            jobs = api.history(conn, name, limit=HISTORY_ROWS, schema=self.schema)
-        return JSONResponse(jsonable({"schedule": row, "next_fires": fires, "history": jobs}))
 
     async def api_action(self, request: Any) -> Any:
         from starlette.concurrency import run_in_threadpool
         from starlette.responses import JSONResponse
 
         name, action = request.path_params["name"], request.path_params["action"]
-        if self.token is None:
-            return JSONResponse({"error": f"read-only dashboard ({TOKEN_ENV} is not set)"}, status_code=403)
-        given = request.headers.get("authorization", "")
-        scheme, _, credentials = given.partition(" ")
-        if scheme.lower() != "bearer" or not same_token(credentials.strip(), self.token):
+        if not self.writable:
+            return JSONResponse({"error": f"read-only dashboard ({TOKEN_ENV} is not set, or --read-only)"},
+                                status_code=403)
+        wait = self.failures.retry_after(self.client(request))
+        if wait:
+            return self.too_many(request, wait)
+        if not self.bearer(request):
             return JSONResponse({"error": "a valid 'Authorization: Bearer <token>' is required"}, status_code=403)
         if action not in ACTIONS:
             return JSONResponse({"error": f"no action {action!r}"}, status_code=404)
-        fields, error = await _json_body(request)
-        if error:
-            return JSONResponse({"error": error}, status_code=400)
+        body = await _body(request)
+        fields = parse_json("body", body) if body.strip() else {}
+        if not isinstance(fields, dict):
+            return JSONResponse({"error": "the body must be a JSON object", "field": "body"}, status_code=400)
         try:
             result = await run_in_threadpool(self.perform, action, name, fields)
         except ScheduleError as exc:
@@ -435,72 +442,90 @@ def _done(action: str, result: Any) -> str:
     return "paused" if action == "pause" else "resumed"
 
 
-async def _body(request: Any) -> bytes | None:
-    """The request body, None when longer than MAX_BODY."""
+async def _body(request: Any) -> bytes:
+    """The request body; HTTPException 413 when longer than MAX_BODY (read no further)."""
+    from starlette.exceptions import HTTPException
+
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise HTTPException(413, f"request body larger than {MAX_BODY} bytes")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY:
-            return None
+            raise HTTPException(413, f"request body larger than {MAX_BODY} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-async def _json_body(request: Any) -> tuple[dict, str | None]:
-    """An optional JSON object body ({} when empty), or why it is unusable."""
-    body = await _body(request)
-    if body is None:
-        return {}, "request too large"
-    if not body.strip():
-        return {}, None
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return {}, "the body must be a JSON object"
-    if not isinstance(value, dict):
-        return {}, "the body must be a JSON object"
-    return value, None
+def create_app(dsn: str, schema: str = DEFAULT_SCHEMA, token: str | None = None, *, read_only: bool = False,
+               private: bool = False, https: bool = False, allowed_hosts: Iterable[str] = ("127.0.0.1",)) -> Any:
+    """The Starlette application for ``dsn`` / ``schema``, wrapped in websecurity.Guard.
 
-
-def create_app(dsn: str, schema: str = DEFAULT_SCHEMA, token: str | None = None) -> Any:
-    """The Starlette application for ``dsn`` / ``schema``; writes need ``token`` (None: read-only)."""
+    ``token`` (at least 16 characters) allows logging in and writes; ``read_only`` refuses every write (a token then
+    only serves ``private`` reads); ``private`` makes reads need the login or the bearer token; ``https`` makes the
+    cookie Secure and sends HSTS; ``allowed_hosts`` are the Host names served besides the loopback names.
+    ConfigError for a DSN psycopg cannot parse, a short token, or ``private`` without a token.
+    """
     from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
     from starlette.middleware import Middleware
+    from starlette.middleware.sessions import SessionMiddleware
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
-    board = Dashboard(dsn, schema, token)
+    check_dsn(dsn)
+    token = check_token(token) if private or not read_only else None
+    if private and token is None:
+        raise ConfigError(f"web --private: set {TOKEN_ENV}, the token to log in with")
+    board = Dashboard(dsn, schema, token, writable=not read_only, private=private)
+    read = board.reader
     routes = [
-        Route("/", board.schedules_page, name="schedules"),
-        Route("/beats", board.beats_page, name="beats"),
-        Route("/problems", board.problems_page, name="problems"),
+        Route("/", read(board.schedules_page), name="schedules"),
+        Route("/beats", read(board.beats_page), name="beats"),
+        Route("/problems", read(board.problems_page), name="problems"),
         Route("/login", board.login_page, name="login_page"),
         Route("/login", board.login, methods=["POST"], name="login"),
         Route("/logout", board.logout, methods=["POST"], name="logout"),
-        Route("/api/schedules", board.api_list, name="api_list"),
+        Route("/api/schedules", read(board.api_list), name="api_list"),
         Route("/api/schedules/{name:path}/{action:str}", board.api_action, methods=["POST"], name="api_action"),
-        Route("/api/schedules/{name:path}", board.api_get, name="api_get"),
+        Route("/api/schedules/{name:path}", read(board.api_get), name="api_get"),
         Route("/schedules/{name:path}/{action:str}", board.form_action, methods=["POST"], name="act"),
-        Route("/schedules/{name:path}", board.schedule_page, name="schedule"),
+        Route("/schedules/{name:path}", read(board.schedule_page), name="schedule"),
         Route("/healthz", lambda request: PlainTextResponse("ok")),
     ]
-    middleware = [Middleware(_SecurityHeaders)]
+    middleware = []
     if board.token is not None:
-        from starlette.middleware.sessions import SessionMiddleware
         middleware.append(Middleware(SessionMiddleware, secret_key=session_secret(board.token),
-                                     session_cookie="runledger_session", max_age=SESSION_MAX_AGE,
-                                     same_site="strict", https_only=False))
-    missing = {error: board.schema_missing for error in (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn)}
-    return Starlette(routes=routes, middleware=middleware, exception_handlers=missing)
+                                     session_cookie=SECURE_SESSION_COOKIE if https else SESSION_COOKIE,
+                                     max_age=SESSION_MAX_AGE, same_site="strict", https_only=https))
+    handlers = {HTTPException: board.http_error, ScheduleError: board.field_error, Exception: board.server_error,
+                **{error: board.schema_missing for error in (psycopg.errors.UndefinedTable,
+                                                             psycopg.errors.UndefinedColumn)}}
+    return Guard(Starlette(routes=routes, middleware=middleware, exception_handlers=handlers),
+                 served_hosts(allowed_hosts), dsn, https=https)
 
 
 def token_from_env() -> str | None:
     """RUNLEDGER_WEB_TOKEN, None when unset or blank."""
+    import os
+
     return (os.environ.get(TOKEN_ENV) or "").strip() or None
 
 
-def serve(dsn: str, schema: str, host: str, port: int, token: str | None = None) -> None:
-    """Run the dashboard until interrupted."""
+def serve(dsn: str, schema: str, host: str, port: int, token: str | None = None, *, read_only: bool = False,
+          private: bool = False, https: bool = False, allowed_hosts: Iterable[str] | None = None) -> None:
+    """Run the dashboard until interrupted; the Host names served are ``host`` (unless it is every interface, such
+    as 0.0.0.0), ``allowed_hosts`` and the loopback names."""
     import uvicorn
 
-    uvicorn.run(create_app(dsn, schema, token), host=host, port=port, log_level="warning")
+    app = create_app(dsn, schema, token, read_only=read_only, private=private, https=https,
+                     allowed_hosts=[host, *(allowed_hosts or ())])
+    log = logging.getLogger(__name__)
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+    # No forwarded headers: the failed-login count keys on the TCP peer, which a client cannot forge.
+    uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False, server_header=False)

@@ -55,3 +55,6 @@ JOB_STATUSES: tuple[str, ...] = ("pending", "sent", "received", "started", "retr
                                  "revoked", "skipped", "lost", "expired", "failed", "buffered")
 #: Deepest JSON nesting accepted in args, kwargs and headers (Python validation only).
 MAX_JSON_DEPTH = 64
+#: Integers accepted in args, kwargs and headers: a signed 64-bit integer, what Celery's consumers in other languages
+#: and Postgres' bigint read without loss (Python validation only).
+MIN_JSON_INT, MAX_JSON_INT = -(2**63), 2**63 - 1

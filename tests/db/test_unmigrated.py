@@ -16,7 +16,7 @@ from psycopg import sql
 from runledger_beat import cli
 from runledger_beat.db import connect, drop_schema, migrate, migration_files
 
-from ..e2e.test_web import _get, web  # noqa: F401 -- the fixture that starts a real `runledger-beat web`
+from ..support.dashboard import get
 
 LATEST = max(version for version, _, _ in migration_files())
 #: The arguments each command needs to get as far as the schema check.
@@ -100,16 +100,16 @@ def test_an_older_schema_asks_for_migrate_and_doctor_reports_it(capsys, pg_dsn, 
     assert (code, out.strip(), err) == (0, "no schedules", "")
 
 
-def test_web_answers_503_when_the_tables_go_away(web, pg_dsn, schema):  # noqa: F811 -- the imported fixture
+def test_web_answers_503_when_the_tables_go_away(web, pg_dsn, schema):
     base = web()
-    assert _get(base + "/")[0] == 200
+    assert get(base + "/")[0] == 200
     with connect(pg_dsn, "public", autocommit=True) as conn:
         drop_schema(conn, schema)
     line = f'schema "{schema}" has no runledger tables (run `runledger-beat migrate`)'
     for path in ("/", "/beats", "/problems", "/schedules/x"):
-        status, body = _get(base + path)
+        status, body = get(base + path)
         assert status == 503 and line.replace('"', "&#34;") in body, (path, body)
         assert "Traceback" not in body
-    status, body = _get(base + "/api/schedules")
+    status, body = get(base + "/api/schedules")
     assert (status, json.loads(body)) == (503, {"error": line})
-    assert _get(base + "/healthz")[0] == 200
+    assert get(base + "/healthz")[0] == 200

@@ -38,8 +38,8 @@ for _ in range(100):
 @pytest.mark.parametrize(("fields", "field"), [
     ({"every": float("inf")}, "every"),
     ({"every": float("nan")}, "every"),
-    ({"every": 1, "args": [float("nan")]}, "args"),
-    ({"every": 1, "kwargs": {"a": object()}}, "kwargs"),
+    ({"every": 1, "args": [float("nan")]}, "args[0]"),  # the error names the place in the value
+    ({"every": 1, "kwargs": {"a": object()}}, "kwargs.a"),
     ({"every": 1, "options": {"expires": 3e11}}, "expires"),
     ({"every": 1, "options": {"headers": {"task": "other.task"}}}, "headers"),
     ({"every": 1, "options": {"serializer": "pickle"}}, "options"),

@@ -22,8 +22,8 @@ from psycopg import sql
 from runledger_beat import api
 from runledger_beat.db import check_version, connect, migrate, migration_files, queries, schema_ready
 from runledger_beat.db.beat_store import BeatStore
-from runledger_beat.db.ops_store import OpsStore
 from runledger_beat.db.grants import KINDS, render
+from runledger_beat.db.ops_store import OpsStore
 from runledger_beat.errors import ConfigError
 
 from ..support.e2e import delete_queue, prepare

@@ -40,10 +40,11 @@ from runledger_beat import __version__, api, cli, settings
 from runledger_beat.beat import metrics
 
 from ..e2e.test_metrics import scrape
-from ..e2e.test_web import _free_port, _get
+from ..support.dashboard import get
 from ..support.e2e import delete_queue
 from ..support.procs import ROOT, Proc
 from ..support.services import wait_for
+from ..support.webproc import free_port
 from ..unit.test_optional_deps import OPTIONAL
 
 pytestmark = pytest.mark.slow
@@ -286,7 +287,7 @@ def test_base_install_runs_the_quick_start_on_rabbitmq(venvs, own, pg_dsn, amqp_
     cli_args = ("runledger-beat", "--dsn", pg_dsn, "--schema", schema)
     _one_line(venv.run(*cli_args, "list"), 2,
               f'error: schema "{schema}" has no runledger tables (run `runledger-beat migrate`)')
-    _one_line(venv.run(*cli_args, "web", "--port", str(_free_port())), 2,
+    _one_line(venv.run(*cli_args, "web", "--port", str(free_port())), 2,
               "error: web: needs starlette, uvicorn, jinja2, itsdangerous (pip install 'runledger-beat[web]')")
     venv.write_app(amqp_url, pg_dsn, schema, queue)
     beat_argv = ("celery", "-A", "app", "beat", "-S", "runledger_beat.Scheduler", "--loglevel", "INFO")
@@ -329,13 +330,13 @@ def test_web_extra_serves_the_dashboard(venvs, own, pg_dsn):
     for argv in (("migrate",), ("add", "nightly", "--task", "app.report", "--cron", "0 2 * * *")):
         done = venv.run(*cli_args, *argv)
         assert done.returncode == 0, done.stderr
-    port = _free_port()
+    port = free_port()
     web = venv.start("pkg-web", *cli_args, "web", "--port", str(port))
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _get(base + "/healthz")[0] == 200 or not web.alive(), timeout=30, message="web to answer")
+        wait_for(lambda: get(base + "/healthz")[0] == 200 or not web.alive(), timeout=30, message="web to answer")
         assert web.alive(), web.log()
-        status, page = _get(base + "/")
+        status, page = get(base + "/")
         assert status == 200 and "nightly" in page and "cron 0 2 * * * (UTC)" in page
     finally:
         web.stop()
@@ -345,7 +346,7 @@ def test_metrics_extra_serves_metrics_with_the_version(venvs, own, pg_dsn, amqp_
     venv = venvs["metrics"]
     found = _installed_here(venv)
     assert found["optional"] == ["prometheus_client"]
-    port = _free_port()
+    port = free_port()
     venv.write_app(amqp_url, pg_dsn, own["schema"], own["queue"])
     beat = venv.start("pkg-beat-metrics", "celery", "-A", "app", "beat", "-S", "runledger_beat.Scheduler",
                       QUICKSTART_CONF=json.dumps({"runledger_metrics_port": port}))

@@ -30,3 +30,13 @@ def ledger(conn: psycopg.Connection, schedule_id: uuid.UUID | None = None) -> li
     if schedule_id is None:
         return conn.execute("SELECT * FROM jobs ORDER BY scheduled_for, created_at").fetchall()
     return conn.execute("SELECT * FROM jobs WHERE schedule_id = %s ORDER BY scheduled_for", (schedule_id,)).fetchall()
+
+
+def snapshot(conn: psycopg.Connection) -> dict[str, list[dict]]:
+    """Everything an attack could change: schedules, their faults, calendars, the ledger and the audit log."""
+    queries = {"job_schedules": "SELECT * FROM job_schedules ORDER BY name",
+               "schedule_faults": "SELECT * FROM schedule_faults ORDER BY schedule_id",
+               "calendars": "SELECT * FROM calendars ORDER BY name",
+               "jobs": "SELECT * FROM jobs ORDER BY scheduled_for, id",
+               "schedule_changes": "SELECT * FROM schedule_changes ORDER BY id"}
+    return {table: conn.execute(query).fetchall() for table, query in queries.items()}

@@ -44,15 +44,15 @@ def subcommands() -> list[str]:
 
 
 def metrics_source() -> Path:
-    """The file defining the Prometheus metrics: runledger_beat.beat.metrics, else runledger_beat.metrics."""
-    for name in ("runledger_beat.beat.metrics", "runledger_beat.metrics"):
+    """The file defining the Prometheus metrics (runledger_beat.beat.metrics)."""
+    for name in ("runledger_beat.beat.metrics",):
         try:
             spec = importlib.util.find_spec(name)
         except ModuleNotFoundError:  # the parent package does not exist in this layout
             spec = None
         if spec is not None and spec.origin:
             return Path(spec.origin)
-    raise AssertionError("no metrics module: neither runledger_beat.beat.metrics nor runledger_beat.metrics")
+    raise AssertionError("no metrics module runledger_beat.beat.metrics")
 
 
 def metric_names(source: Path) -> set[str]:

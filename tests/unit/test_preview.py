@@ -56,7 +56,6 @@ def test_default_after_is_now(capsys: pytest.CaptureFixture[str]) -> None:
         (["--cron", "x * * * *"], "error: cron: minute: 'x' is not a number"),
         (["--cron", "* * * * *", "--tz", "Mars/Olympus"], "error: timezone: unknown time zone 'Mars/Olympus'"),
         (["--every", "soon"], "error: every: invalid duration 'soon'"),
-        (["--cron", "* * * * *", "--jitter", "90000"], "error: max_jitter: must be between 0 and 86400, got 90000"),
         (["--cron", "* * * * *", "--id", "nope"], "error: id: invalid UUID 'nope'"),
     ],
 )
@@ -65,3 +64,12 @@ def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str], argv: list[str], 
     captured = capsys.readouterr()
     assert captured.err.startswith(message)
     assert captured.out == ""
+
+
+def test_numeric_options_out_of_range_exit_2_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, option in ((["--cron", "* * * * *", "--jitter", "90000"], "--jitter: must be an integer in 0..86400"),
+                         (["--every", "1s", "--count", "100000000"], "--count: must be an integer in 1..10000")):
+        assert preview_command(argv) == 2
+        captured = capsys.readouterr()
+        assert captured.err.splitlines()[-1].endswith(f"error: argument {option}, got '{argv[-1]}'")
+        assert captured.out == ""

@@ -1,0 +1,7 @@
+"""``python -m runledger_beat.cli``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
