@@ -47,7 +47,8 @@ from ..support.services import wait_for
 from ..support.webproc import free_port
 from ..unit.test_optional_deps import OPTIONAL
 
-pytestmark = pytest.mark.slow
+# One worker builds the wheel once and runs every install test in its venvs (the session fixtures are per worker).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 #: The clean venvs: name -> the extra installed (None: the base install).
 EXTRAS = {"base": None, "web": "web", "metrics": "metrics", "redis": "redis", "embedded": "embedded"}
