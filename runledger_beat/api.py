@@ -32,6 +32,7 @@ activated; other edits keep it.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import uuid
 from collections.abc import Iterator, Mapping
@@ -202,15 +203,14 @@ def upsert(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, e
     return _definition(conn_or_dsn, _spec(locals()), "upsert", schema)
 
 
-def create(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, every: Any = None,
-           at: Any = None, timezone: str = "UTC", args: Any = (), kwargs: Mapping | None = None,
-           options: Mapping | None = None, max_jitter: int = 0, misfire: str = "fire_once",
-           grace: Any = None, overlap: str = "allow", start: Any = None, end: Any = None,
-           organization_id: Any = None, active: bool = True, day_and: bool = False,
-           source: str = "api", skip_dates: Any = (), calendar: str | None = None,
-           overlap_terminate: bool = False, schema: str = DEFAULT_SCHEMA) -> dict:
-    """Like upsert, but a schedule of that name already existing is a ScheduleError("name")."""
-    return _definition(conn_or_dsn, _spec(locals()), "create", schema)
+def create(conn_or_dsn: Any, name: str, task: str, **fields: Any) -> dict:
+    """Like upsert (the same keyword arguments), but a schedule of that name already existing is a
+    ScheduleError("name")."""
+    schema = fields.pop("schema", DEFAULT_SCHEMA)
+    return _definition(conn_or_dsn, ScheduleSpec(name=name, task=task, **fields), "create", schema)
+
+
+create.__signature__ = inspect.signature(upsert)  # type: ignore[attr-defined]  # help() and editors show upsert's
 
 
 def update(conn_or_dsn: Any, name: str, task: str = _UNSET, *, cron: Any = _UNSET,

@@ -77,48 +77,23 @@ def _sentinel(data: Any, aware: bool, binary: bool = False) -> datetime:
     return value.replace(tzinfo=timezone.utc) if aware else value
 
 
-class SafeTimestamptzLoader(TimestamptzLoader):
-    """timestamptz (text): out-of-range values load as OUT_OF_RANGE_HIGH/LOW instead of raising DataError."""
+def _safe_timestamp(base: type, aware: bool, binary: bool) -> type:
+    """A timestamp loader class whose out-of-range values load as the sentinels instead of raising DataError."""
 
-    def load(self, data: Any) -> datetime:
-        """Load, or return the sentinel."""
+    def load(self: Any, data: Any) -> datetime:
         try:
-            return super().load(data)
+            return base.load(self, data)
         except (psycopg.DataError, OverflowError, ValueError):
-            return _sentinel(data, True)
+            return _sentinel(data, aware, binary)
+
+    load.__doc__ = "Load, or return the sentinel."
+    return type(f"Safe{base.__name__}", (base,), {"load": load, "__doc__": f"{base.__name__} that never raises."})
 
 
-class SafeTimestamptzBinaryLoader(TimestamptzBinaryLoader):
-    """timestamptz (binary): as SafeTimestamptzLoader."""
-
-    def load(self, data: Any) -> datetime:
-        """Load, or return the sentinel."""
-        try:
-            return super().load(data)
-        except (psycopg.DataError, OverflowError, ValueError):
-            return _sentinel(data, True, binary=True)
-
-
-class SafeTimestampLoader(TimestampLoader):
-    """timestamp (text): out-of-range values load as naive datetime.max/min."""
-
-    def load(self, data: Any) -> datetime:
-        """Load, or return the sentinel."""
-        try:
-            return super().load(data)
-        except (psycopg.DataError, OverflowError, ValueError):
-            return _sentinel(data, False)
-
-
-class SafeTimestampBinaryLoader(TimestampBinaryLoader):
-    """timestamp (binary): as SafeTimestampLoader."""
-
-    def load(self, data: Any) -> datetime:
-        """Load, or return the sentinel."""
-        try:
-            return super().load(data)
-        except (psycopg.DataError, OverflowError, ValueError):
-            return _sentinel(data, False, binary=True)
+SafeTimestamptzLoader = _safe_timestamp(TimestamptzLoader, aware=True, binary=False)
+SafeTimestamptzBinaryLoader = _safe_timestamp(TimestamptzBinaryLoader, aware=True, binary=True)
+SafeTimestampLoader = _safe_timestamp(TimestampLoader, aware=False, binary=False)
+SafeTimestampBinaryLoader = _safe_timestamp(TimestampBinaryLoader, aware=False, binary=True)
 
 
 def _safe_json(base: type) -> type:
