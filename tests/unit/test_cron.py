@@ -183,9 +183,9 @@ def test_next_after_is_bounded(expr: str, zone_name: str, t: datetime, day_and: 
         cron = Cron(expr, zone_name, day_and, hash_id=uuid.UUID(int=7))
     except ScheduleError:
         return
-    began = time.perf_counter()
+    began = time.thread_time()  # CPU time: what the search costs, whatever else the machine is doing
     fire = cron.next_after(t)
-    elapsed = time.perf_counter() - began
+    elapsed = time.thread_time() - began
     assert elapsed < CALL_LIMIT_SECONDS, f"{expr!r} in {zone_name} after {t}: {elapsed:.3f} s"
     if fire is not None:
         assert fire > t
