@@ -131,9 +131,9 @@ def test_overlap_skip_is_judged_at_the_instant_not_when_recorded(db, pg_dsn, sch
 
 def test_the_first_instant_after_start_is_prepared_ahead_while_the_retention_drops_run(db, pg_dsn, schema, amqp_url,
                                                                                       queue):
-    instant = _soon(db, 2.0)
-    insert_schedule(db, "first", cron=ONCE, next_fire_at=instant)
     scheduler = _scheduler(pg_dsn, schema, amqp_url, queue, runledger_lookahead=3.0)
+    instant = _soon(db, 3.0)  # set once the scheduler is up, inside the lookahead: preparing may start at once
+    insert_schedule(db, "first", cron=ONCE, next_fire_at=instant)
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -150,17 +150,19 @@ def test_the_first_instant_after_start_is_prepared_ahead_while_the_retention_dro
 
 
 def test_a_second_beat_waits_for_the_instant_instead_of_spinning(db, pg_dsn, schema, amqp_url, queue):
-    instant = _soon(db, 1.8)
-    insert_schedule(db, "shared", cron=ONCE, next_fire_at=instant)
     one = _scheduler(pg_dsn, schema, amqp_url, queue)
     two = _scheduler(pg_dsn, schema, amqp_url, queue)
+    instant = _soon(db, 1.8)  # set once both schedulers are up: a slow start must not eat the margin
+    insert_schedule(db, "shared", cron=ONCE, next_fire_at=instant)
     try:
         _run_until([one], lambda: one.pipeline.prepared is not None)
         two.run_once()  # its first step starts its retention drops: it looks again shortly until they end
         two.pipeline.housekeeping.wait_for_retention(10)
         wait = two.run_once()
+        wakes = time.time() + wait
         assert two.pipeline.prepared is None
-        assert wait > 0.8  # sleeps until the instant the other beat holds, not a busy loop
+        # It sleeps until the instant the other beat holds (a hair after it), not a busy loop of 50 ms looks.
+        assert wakes >= instant.timestamp() - 0.05, (wait, instant.timestamp() - wakes)
         _run_until([one, two], lambda: count(db, "SELECT count(*) AS n FROM jobs WHERE status = 'sent'") == 1)
         for _ in range(5):
             one.run_once(), two.run_once()
