@@ -291,7 +291,8 @@ def test_celerys_own_producer_counts_a_fire_sent_once_confirmed_and_sends_its_se
     """With task-sent events on, fires go through Celery's own producer on a channel in confirm mode: each
     fire's task message and its event are written there, and the fire counts as sent once confirmed."""
     main, monitor = queues
-    app = _app(amqp_url, main)
+    # An event exchange of this test's own: other tests' task events (run in parallel) cannot reach its monitor.
+    app = _app(amqp_url, main, event_exchange=f"rlev_{uuid.uuid4().hex[:8]}")
     with Connection(amqp_url) as conn:  # a monitor's queue on Celery's event exchange, as Flower binds one
         Queue(monitor, Exchange(app.conf.event_exchange, type="topic"), routing_key="task.#")(
             conn.default_channel).declare()
@@ -309,4 +310,6 @@ def test_celerys_own_producer_counts_a_fire_sent_once_confirmed_and_sends_its_se
     assert written == 2 * len(fires)  # a task message and a task-sent event per fire, on the confirm channel
     assert {m.properties["application_headers"]["id"] for m in _drain(amqp_url, main)} == {str(f.id) for f in fires}
     sent_events = [json.loads(m.body) for m in _drain(amqp_url, monitor)]
+    with Connection(amqp_url) as conn:
+        conn.default_channel.exchange_delete(app.conf.event_exchange)
     assert sorted(e["uuid"] for e in sent_events if e["type"] == "task-sent") == sorted(str(f.id) for f in fires)
