@@ -44,11 +44,17 @@ def _publish(dispatcher: Dispatcher, outgoing: list[Outgoing]):
 
 @pytest.fixture
 def queues(redis_url):
-    names = [f"rlr_{uuid.uuid4().hex[:8]}" for _ in range(2)]
-    yield names
+    """Two queue names under a prefix of this test's own (tests run in parallel on the same Redis)."""
+    prefix = f"rlr_{uuid.uuid4().hex[:8]}"
+    yield [f"{prefix}_main", f"{prefix}_other"]
     client = redis.Redis.from_url(redis_url)
-    for key in client.keys("rlr_*"):
+    for key in client.keys(f"{prefix}_*"):
         client.delete(key)
+
+
+def _keys(client: redis.Redis, queues: list[str]) -> list[bytes]:
+    """The Redis keys of these queues (priority sub-lists too)."""
+    return client.keys(queues[0].rsplit("_", 1)[0] + "_*")
 
 
 def _app(redis_url: str, queue: str, **conf) -> Celery:
@@ -61,7 +67,7 @@ def _raw(redis_url: str, queues: list[str]) -> dict[str, str]:
     """Every message in the queues' lists (priority sub-lists too), raw JSON text keyed by task id."""
     client = redis.Redis.from_url(redis_url)
     found = {}
-    for key in client.keys("rlr_*"):
+    for key in _keys(client, queues):
         if client.type(key) != b"list":
             continue
         for raw in client.lrange(key, 0, -1):
@@ -94,7 +100,7 @@ def test_the_redis_fast_path_writes_what_kombu_writes(redis_url, queues, conf):
         assert sorted(result.sent) == sorted(f.id for f in fires) and not result.failed
         by_fast = _raw(redis_url, queues)
         client = redis.Redis.from_url(redis_url)
-        for key in client.keys("rlr_*"):
+        for key in _keys(client, queues):
             if client.type(key) == b"list":
                 client.delete(key)
         result = _publish(stock, [Outgoing(f) for f in fires])
