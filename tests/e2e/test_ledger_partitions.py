@@ -178,6 +178,7 @@ class Writer:
 ROWS = 200_000
 
 
+@pytest.mark.serial
 def test_a_populated_ledger_migrates_without_a_long_lock_and_loses_nothing(pg_dsn, old_schema):
     assert STEP_MARKER.strip() in dict((v, t) for v, _, t in migration_files())[6]
     with connect(pg_dsn, old_schema, autocommit=True) as conn:
@@ -228,6 +229,7 @@ def test_a_populated_ledger_migrates_without_a_long_lock_and_loses_nothing(pg_ds
         assert _where(conn, _insert_job(conn, _day(3), schedule_id=sid)) == _part(3)
 
 
+@pytest.mark.serial
 def test_a_migration_behind_a_long_transaction_lets_writes_through_then_finishes(pg_dsn, old_schema, caplog):
     with connect(pg_dsn, old_schema, autocommit=True) as conn:
         conn.execute("INSERT INTO jobs (id, scheduled_for, job_type, payload, stage, status)"

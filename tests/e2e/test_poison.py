@@ -100,6 +100,7 @@ def _cli(pg_dsn: str, schema: str, *argv: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.serial
 def test_poison_rows_never_delay_good_schedules(pg_dsn, old_install, amqp_url):
     schema = old_install
     with connect(pg_dsn, schema, autocommit=True) as old:

@@ -23,6 +23,7 @@ def _db_now(db):
     return db.execute("SELECT now() AS now").fetchone()["now"]
 
 
+@pytest.mark.serial
 def test_three_beats_fire_each_slot_exactly_once(db, pg_dsn, schema, amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url)
     start = db.execute("SELECT date_trunc('second', now()) + interval '3 seconds' AS t").fetchone()["t"]
