@@ -137,12 +137,12 @@ def test_a_dropped_listen_connection_is_reopened(db, pg_dsn, schema, amqp_url):
             db.execute("SELECT pg_terminate_backend(%s)", (pid,))
         wait_for(lambda: {r["pid"] for r in db.execute(listening).fetchall()} - before, timeout=30,
                  message="a new LISTEN connection")
-        time.sleep(0.5)  # let beat settle into its 5 s wait, so only NOTIFY can wake it within a second
+        time.sleep(0.5)  # let beat settle into its 5 s wait, so only NOTIFY can wake it soon
         created = db.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
         insert_schedule(db, "after-reconnect", cron=ONCE, next_fire_at=created)
         row = wait_for(lambda: db.execute("SELECT sent_at FROM jobs WHERE sent_at IS NOT NULL").fetchone(),
                        timeout=10, message="the new schedule's fire")
-        assert (row["sent_at"] - created).total_seconds() < 1.0
+        assert (row["sent_at"] - created).total_seconds() < 2.5  # NOTIFY woke it: its poll is 5 s away
     finally:
         beat.stop()
         delete_queue(amqp_url, queue)
