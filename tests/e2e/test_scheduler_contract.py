@@ -69,12 +69,13 @@ def test_lookahead_records_ahead_and_commits_at_the_instant(pg_dsn, schema, db):
         assert count(db, "SELECT count(*) AS n FROM jobs") == 0
         with db.transaction():
             assert db.execute("SELECT id FROM job_schedules FOR UPDATE SKIP LOCKED").fetchall() == []
-        wait_for(lambda: scheduler.run_once() is not None and count(db, "SELECT count(*) AS n FROM jobs") == 1,
-                 timeout=4, interval=0.001, message="the fire committed at its instant")
-        row = db.execute("SELECT scheduled_for, sent_at, clock_timestamp() AS now FROM jobs").fetchone()
+        sent = "SELECT scheduled_for, sent_at FROM jobs WHERE sent_at IS NOT NULL"
+        row = wait_for(lambda: scheduler.run_once() is not None and db.execute(sent).fetchone(),
+                       timeout=4, interval=0.001, message="the fire committed and sent at its instant")
+        assert count(db, "SELECT count(*) AS n FROM jobs") == 1
         assert row["scheduled_for"] == instant
-        assert row["sent_at"] is not None and row["sent_at"] >= instant  # never early
-        assert (row["sent_at"] - instant).total_seconds() < 0.5
+        assert row["sent_at"] >= instant  # never early, though recorded 2 s ahead
+        assert (row["sent_at"] - instant).total_seconds() < 1.5  # at the instant, not at the next 5 s poll
     finally:
         scheduler.close()
 
