@@ -7,6 +7,9 @@ brokers), tests/browser (a real browser). Each test under a tier folder gets tha
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import uuid
 
 import psycopg
@@ -18,6 +21,23 @@ from .support.dashboard import chromium, seeded  # noqa: F401 -- fixtures of the
 from .support.private import PostgresCluster, RabbitNode
 from .support.services import find_amqp, find_postgres, find_redis, own_database
 from .support.webproc import start_web
+
+_RUN_DIR = "RUNLEDGER_TEST_RUN_DIR"
+_made_run_dir: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A folder the run's test processes share (its parallel workers inherit the variable), outside pytest's own
+    temporary folders: a pytest started meanwhile resets those to mode 0700, which an embedded Postgres run as
+    another user then cannot traverse."""
+    if not hasattr(config, "workerinput") and _RUN_DIR not in os.environ:
+        os.environ[_RUN_DIR] = tempfile.mkdtemp(prefix="runledger-run-")
+        _made_run_dir.append(os.environ[_RUN_DIR])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _made_run_dir:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

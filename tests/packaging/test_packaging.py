@@ -4,9 +4,10 @@ Once per session the sdist and the wheel are built with ``python -m build`` (the
 from the unpacked sdist: so the wheel proves the sdist complete, and nothing left in the checkout's build/
 can slip into it) and checked with ``twine check --strict``. Then the wheel, not the source tree, is
 installed into one clean virtual environment per extra: base, ``[web]``, ``[metrics]``, ``[redis]`` and
-``[embedded]``, built in parallel. The dependencies are resolved against the package index once, as a
-user's pip would (``pip download`` of the wheel with every extra), and each venv installs from that folder
-offline: five resolutions would take twice as long on two shared cores and prove nothing more.
+``[embedded]``, each built by the first test that needs it. The dependencies are resolved against the package
+index once, as a user's pip would (``pip download`` of the wheel with every extra), and each venv installs
+from that folder offline: five resolutions would take twice as long on two shared cores and prove nothing
+more. The parallel test processes share one build of each (a file lock in the run's temporary folder).
 
 Everything then runs from a temporary folder outside the checkout, with PYTHONPATH unset and the venv's own
 ``celery`` and ``runledger-beat`` scripts, so nothing of the checkout can be imported (each test asserts
@@ -18,9 +19,11 @@ itself) fires an every-second schedule into the ledger and the queue, read back 
 from __future__ import annotations
 
 import email
+import fcntl
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +31,7 @@ import tarfile
 import textwrap
 import uuid
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -47,8 +50,7 @@ from ..support.services import wait_for
 from ..support.webproc import free_port
 from ..unit.test_optional_deps import OPTIONAL
 
-# One worker builds the wheel once and runs every install test in its venvs (the session fixtures are per worker).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
+pytestmark = pytest.mark.slow
 
 #: The clean venvs: name -> the extra installed (None: the base install).
 EXTRAS = {"base": None, "web": "web", "metrics": "metrics", "redis": "redis", "embedded": "embedded"}
@@ -86,14 +88,34 @@ def _run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complet
     return done
 
 
-@pytest.fixture(scope="session")
-def dist(tmp_path_factory) -> dict[str, Path]:
-    """The sdist and the wheel, built and checked once per session: {"sdist": path, "wheel": path}."""
-    out = tmp_path_factory.mktemp("dist")
+def _shared() -> Path:
+    """The folder this run's test processes share (tests/conftest.py makes it; the parallel workers inherit it)."""
+    return Path(os.environ["RUNLEDGER_TEST_RUN_DIR"])
+
+
+def _once(root: Path, name: str, make: Callable[[Path], None]) -> Path:
+    """``root/name``, made by ``make`` once per run, whichever test process asks first (the others wait)."""
+    target = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / f"{name}.done").exists():
+            shutil.rmtree(target, ignore_errors=True)  # what a failed attempt left
+            target.mkdir()
+            make(target)
+            (root / f"{name}.done").touch()
+    return target
+
+
+def _build(out: Path) -> None:
     _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], cwd=out)
-    built = {"sdist": next(out.glob("*.tar.gz")), "wheel": next(out.glob("*.whl"))}
-    _run([sys.executable, "-m", "twine", "check", "--strict", str(built["sdist"]), str(built["wheel"])], cwd=out)
-    return built
+    _run([sys.executable, "-m", "twine", "check", "--strict", *map(str, out.iterdir())], cwd=out)
+
+
+@pytest.fixture(scope="session")
+def dist() -> dict[str, Path]:
+    """The sdist and the wheel, built and checked once per run: {"sdist": path, "wheel": path}."""
+    out = _once(_shared(), "dist", _build)
+    return {"sdist": next(out.glob("*.tar.gz")), "wheel": next(out.glob("*.whl"))}
 
 
 class Venv:
@@ -127,29 +149,36 @@ def _pip(*argv: str) -> list[str]:
     return [sys.executable, "-m", "pip", *argv, "-q", "--disable-pip-version-check"]
 
 
-def _make_venv(root: Path, name: str, extra: str | None, wheel: Path, wheelhouse: Path) -> Venv:
-    path, work = root / name, root / f"{name}-work"
-    work.mkdir()
-    _run([sys.executable, "-m", "venv", "--without-pip", str(path)], cwd=root)
+def _install(path: Path, extra: str | None, wheel: Path, wheelhouse: Path) -> None:
+    """A clean venv at ``path`` holding the wheel (with ``extra``), installed offline from ``wheelhouse``."""
+    _run([sys.executable, "-m", "venv", "--without-pip", str(path)], cwd=path.parent)
     # The checkout's pip installs into the new venv (--python): a pip of its own would add seconds, nothing else;
     # --no-compile spares the shared cores the .pyc files Python writes on first import anyway.
     _run(_pip("--python", str(path / "bin" / "python"), "install", "--no-compile", "--no-index", "--find-links",
-              str(wheelhouse), f"{wheel}[{extra}]" if extra else str(wheel)), cwd=root)
-    return Venv(path, work)
+              str(wheelhouse), f"{wheel}[{extra}]" if extra else str(wheel)), cwd=path.parent)
 
 
-@pytest.fixture(scope="session")
-def venvs(dist, tmp_path_factory) -> dict[str, Venv]:
-    """One clean venv per entry of EXTRAS, built in parallel from the wheel and one download of its dependencies."""
-    root = tmp_path_factory.mktemp("venvs")
-    assert not root.is_relative_to(ROOT)
-    wheelhouse = root / "wheelhouse"
-    every_extra = ",".join(extra for extra in EXTRAS.values() if extra)
-    _run(_pip("download", "--dest", str(wheelhouse), f"{dist['wheel']}[{every_extra}]"), cwd=root)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(_make_venv, root, name, extra, dist["wheel"], wheelhouse)
-                   for name, extra in EXTRAS.items()}
-        return {name: future.result() for name, future in futures.items()}
+class Venvs:
+    """The clean venvs by name (EXTRAS), each made the first time a test of this run asks for it."""
+
+    def __init__(self, root: Path, wheel: Path, work: Path) -> None:
+        self.root, self.wheel, self.work = root, wheel, work
+
+    def __getitem__(self, name: str) -> Venv:
+        every_extra = ",".join(extra for extra in EXTRAS.values() if extra)
+        wheelhouse = _once(self.root, "wheelhouse", lambda folder: _run(
+            _pip("download", "--dest", str(folder), f"{self.wheel}[{every_extra}]"), cwd=folder))
+        path = _once(self.root, f"venv-{name}",
+                     lambda folder: _install(folder, EXTRAS[name], self.wheel, wheelhouse))
+        return Venv(path, self.work)
+
+
+@pytest.fixture
+def venvs(dist, tmp_path) -> Venvs:
+    """The clean venvs; what a test runs in them runs in a work folder of the test's own, outside the checkout."""
+    root = _shared()
+    assert not root.is_relative_to(ROOT) and not tmp_path.is_relative_to(ROOT)
+    return Venvs(root, dist["wheel"], tmp_path)
 
 
 @pytest.fixture
