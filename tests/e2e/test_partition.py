@@ -35,12 +35,14 @@ def _locked(db) -> bool:
         return db.execute("SELECT id FROM job_schedules FOR UPDATE SKIP LOCKED").fetchall() == []
 
 
-def _setup(db, pg_dsn, schema, amqp_url):
-    env, queue = prepare(db, pg_dsn, schema, amqp_url)
-    # 15 s on: a beat slow to start on a loaded machine still prepares the instant LOOKAHEAD s ahead.
-    instant = db.execute("SELECT date_trunc('second', now()) + interval '15 seconds' AS t").fetchone()["t"]
+def _hold(db) -> tuple:
+    """Once the beats started tick, SCHEDULES schedules due at one instant LOOKAHEAD + 4 s on: a beat slow to start
+    on a loaded machine still prepares the instant ahead. Returns (instant, their ids)."""
+    wait_for(lambda: count(db, "SELECT count(*) AS n FROM beats") > 0, timeout=60, message="the beat to start")
+    instant = db.execute("SELECT date_trunc('second', now()) + make_interval(secs => %s) AS t",
+                         (LOOKAHEAD + 4,)).fetchone()["t"]
     ids = [insert_schedule(db, f"held{i:02d}", cron=ONCE, next_fire_at=instant) for i in range(SCHEDULES)]
-    return env, queue, instant, ids
+    return instant, ids
 
 
 def _assert_fired_once(db, instant, ids) -> None:
@@ -52,10 +54,11 @@ def _assert_fired_once(db, instant, ids) -> None:
 
 
 def test_a_frozen_beat_holding_an_instant_is_replaced_within_15_seconds(db, pg_dsn, schema, amqp_url):
-    env, queue, instant, ids = _setup(db, pg_dsn, schema, amqp_url)
+    env, queue = prepare(db, pg_dsn, schema, amqp_url)
     frozen = start_beat(dict(env, RL_EXTRA=f'{{"runledger_lookahead": {LOOKAHEAD}}}'), "frozen")
     other = None
     try:
+        instant, ids = _hold(db)
         wait_for(lambda: _locked(db), timeout=30, message="the first beat to prepare the instant")
         os.killpg(frozen.popen.pid, signal.SIGSTOP)
         other = start_beat(env, "other")
@@ -76,13 +79,14 @@ def test_a_frozen_beat_holding_an_instant_is_replaced_within_15_seconds(db, pg_d
 
 
 def test_a_beat_cut_off_from_postgres_is_replaced_within_15_seconds(db, pg_dsn, schema, amqp_url):
-    env, queue, instant, ids = _setup(db, pg_dsn, schema, amqp_url)
+    env, queue = prepare(db, pg_dsn, schema, amqp_url)
     parts = urlsplit(pg_dsn)
     proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
     behind = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
     cut_off = start_beat(dict(env, RUNLEDGER_DSN=behind, RL_EXTRA=f'{{"runledger_lookahead": {LOOKAHEAD}}}'), "cut")
     other = None
     try:
+        instant, ids = _hold(db)
         wait_for(lambda: _locked(db), timeout=30, message="the beat behind the proxy to prepare the instant")
         proxy.cut()
         other = start_beat(env, "other")
@@ -103,10 +107,11 @@ def test_a_beat_cut_off_from_postgres_is_replaced_within_15_seconds(db, pg_dsn, 
 
 
 def test_sigterm_rolls_back_a_prepared_instant_at_once(db, pg_dsn, schema, amqp_url):
-    env, queue, instant, ids = _setup(db, pg_dsn, schema, amqp_url)
+    env, queue = prepare(db, pg_dsn, schema, amqp_url)
     beat = start_beat(dict(env, RL_EXTRA='{"runledger_lookahead": 30}'), "terminated")
     other = None
     try:
+        instant, ids = _hold(db)
         wait_for(lambda: _locked(db), timeout=30, message="the beat to prepare the instant")
         beat.popen.send_signal(signal.SIGTERM)  # celery beat's own process: a clean shutdown
         started = time.monotonic()
