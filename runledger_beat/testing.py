@@ -28,7 +28,7 @@ from typing import Any
 from .api import public_job
 from .beat.claim import run_pass
 from .db.beat_store import BeatStore
-from .db.connect import DEFAULT_SCHEMA, connect
+from .db.connect import connect, schema_of
 from .payload import task_arguments
 from .publish.fires import Fire
 from .publish.message import message_headers, publish_options
@@ -40,11 +40,14 @@ __all__ = ["run_due"]
 MAX_SCHEDULES = 10_000
 
 
-def run_due(app: Any, dsn: str, at: datetime, schema: str = DEFAULT_SCHEMA) -> list[dict]:
-    """One scheduling pass as if the database clock read ``at`` (aware); see the module docstring."""
+def run_due(app: Any, dsn: str, at: datetime, schema: str | None = None) -> list[dict]:
+    """One scheduling pass as if the database clock read ``at`` (aware); see the module docstring.
+
+    Without ``schema``, the schema the DSN names (``-c runledger.schema=``, as ``runledger_dsn`` does), else
+    "runledger"."""
     if not isinstance(at, datetime) or at.utcoffset() is None:
         raise ValueError("run_due: `at` must be a timezone-aware datetime")
-    with connect(dsn, schema, application_name="runledger_beat.testing") as conn:
+    with connect(dsn, schema_of(dsn, schema), application_name="runledger_beat.testing") as conn:
         store = BeatStore(conn)
         result = run_pass(store, MAX_SCHEDULES, at=at)
         conn.autocommit = True

@@ -39,7 +39,7 @@ from typing import Any
 import psycopg
 
 from . import signing
-from .db.connect import DEFAULT_SCHEMA, connect
+from .db.connect import connect, schema_of
 from .db.redaction import safe_error
 from .db.worker_store import WorkerStore
 from .errors import ConfigError
@@ -86,7 +86,7 @@ class _Ledger:
         dsn = dsn_from(conf)
         if not dsn:
             return None
-        schema = conf.get("runledger_schema") or DEFAULT_SCHEMA
+        schema = schema_of(dsn, conf.get("runledger_schema") or None)
         self.conn = connect(dsn, schema, autocommit=True, application_name="runledger_worker")
         return self.conn
 

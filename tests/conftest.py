@@ -119,6 +119,10 @@ def private_postgres():
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its tier (its folder under tests/)."""
     for item in items:
-        tier = item.path.parent.name
-        if tier in ("db", "e2e", "browser"):
+        tier = next((p.name for p in item.path.parents if p.name in TIERS), None)
+        if tier is not None:
             item.add_marker(tier)
+
+
+#: The tier folders whose tests get a marker of the folder's name (subfolders included).
+TIERS = ("db", "e2e", "browser")

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from celery import beat
 
-from ..db.connect import connect
+from ..db.connect import connect, schema_of
 from ..db.migrate import migrate, schema_ready
 from ..db.redaction import redact_dsn, safe_error
 from ..errors import ConfigError
@@ -144,5 +144,8 @@ class Scheduler(beat.Scheduler):
     def info(self) -> str:
         """The banner line: where the schedules are, never the password."""
         dsn = dsn_from(self.app.conf)
-        schema = self.app.conf.get("runledger_schema") or "runledger"
+        try:
+            schema = schema_of(dsn or "", self.app.conf.get("runledger_schema") or None)
+        except ConfigError:
+            schema = "(invalid)"
         return f"runledger: {redact_dsn(dsn) if dsn else '(runledger_dsn not set)'} schema={schema}"

@@ -49,6 +49,30 @@ def check_schema_name(schema: str) -> str:
 
 
 
+#: The DSN option naming the runledger schema (``options=-c runledger.schema=<name>``), for calls given no schema.
+SCHEMA_OPTION = "runledger.schema"
+_OPTION_SETTING = re.compile(r"(?:-c\s*|--)([A-Za-z0-9_.]+)=(\S*)")
+
+
+def schema_of(dsn: str, schema: str | None = None) -> str:
+    """The runledger schema for a DSN: ``schema`` when given, else the one the DSN's libpq ``options`` name with
+    ``-c runledger.schema=<name>`` (so one string carries both, as the pytest plugin's ``runledger_dsn`` does),
+    else "runledger"."""
+    if schema is not None:
+        return check_schema_name(schema)
+    try:
+        options = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or ""
+    except (psycopg.Error, UnicodeError, ValueError):
+        return DEFAULT_SCHEMA  # connect() reports the unparsable DSN, its password masked
+    named = [value for key, value in _OPTION_SETTING.findall(str(options)) if key == SCHEMA_OPTION]
+    if not named:
+        return DEFAULT_SCHEMA
+    try:
+        return check_schema_name(named[-1])
+    except ConfigError:
+        raise ConfigError(f"dsn: option {SCHEMA_OPTION}: {named[-1]!r} is not a plain SQL identifier") from None
+
+
 def check_dsn(dsn: str) -> str:
     """Return the DSN, or raise ConfigError (the password masked) when psycopg cannot parse it: a ``%`` not
     followed by two hex digits in a URL, an unterminated quote in key=value form. Checked before anything runs,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from .engine import Timing
+from ..errors import ScheduleError
+from .engine import Timing, fire_times
 
 
 def timing_from_row(row: Mapping[str, Any]) -> Timing:
@@ -21,6 +24,18 @@ def timing_from_row(row: Mapping[str, Any]) -> Timing:
         row.get("start_at"), row.get("end_at"), int(row.get("max_jitter_seconds") or 0),
         row.get("misfire_policy") or "fire_once", row.get("misfire_grace_seconds"), skip_dates_of(row),
     )
+
+
+def upcoming(row: Mapping[str, Any], after: datetime, count: int) -> list[datetime]:
+    """Up to ``count`` fires of a schedule row after ``after``, as the cursor would visit them; [] when the row
+    is paused, quarantined, finished or cannot be planned (a calendar's dates count only when the reader put
+    them in ``calendar_dates``)."""
+    if not row.get("is_active") or row.get("quarantined_at"):
+        return []
+    try:
+        return fire_times(timing_from_row(row), after, uuid.UUID(str(row["id"])), count)
+    except (ScheduleError, ValueError, OverflowError):
+        return []
 
 
 def skip_dates_of(row: Mapping[str, Any]) -> frozenset:

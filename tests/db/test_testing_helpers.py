@@ -28,8 +28,8 @@ def utc(*args):
 
 def test_the_testing_page_shows_tests_db_test_plugin_usage_exactly():
     page = (ROOT / "docs" / "testing.md").read_text()
-    (block,) = re.findall(r"```python\n(.*?)```", page, re.S)
-    assert block == (ROOT / "tests/db/test_plugin_usage.py").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert (ROOT / "tests/db/test_plugin_usage.py").read_text() in blocks
 
 
 def test_the_entry_point_serves_the_fixtures_to_a_project_of_its_own(tmp_path, pg_dsn):
@@ -98,3 +98,34 @@ def test_run_due_returns_skipped_fires_and_leaves_bad_rows_deferred(db, pg_dsn, 
 def test_run_due_wants_an_aware_instant(pg_dsn, schema):
     with pytest.raises(ValueError, match="timezone-aware"):
         run_due(Celery(set_as_current=False), pg_dsn, datetime(2031, 1, 1), schema=schema)
+
+
+def test_runledger_dsn_alone_selects_the_test_schema_and_schema_still_wins(runledger_postgres, runledger_dsn,
+                                                                          runledger_schema):
+    app = Celery("alone", set_as_current=False)
+    app.conf.task_always_eager = True
+
+    @app.task(name="t.alone")
+    def alone():
+        return None
+
+    api.create(runledger_dsn, "alone", "t.alone", every=60, start=utc(2031, 1, 1))
+    with psycopg.connect(runledger_postgres) as conn:
+        stored = conn.execute(psycopg.sql.SQL("SELECT name FROM {}.job_schedules").format(
+            psycopg.sql.Identifier(runledger_schema))).fetchall()
+    assert stored == [("alone",)]
+    assert [r["schedule_name"] for r in run_due(app, runledger_dsn, utc(2031, 1, 1, 0, 1))] == ["alone"]
+    assert [h["schedule_name"] for h in api.history(runledger_dsn, "alone")] == ["alone"]
+    other = f"t_other_{uuid.uuid4().hex[:8]}"
+    from runledger_beat.db import connect, drop_schema, migrate
+    with connect(runledger_postgres, "public") as conn:
+        migrate(conn, other)
+    try:
+        api.create(runledger_dsn, "elsewhere", "t.alone", every=60, schema=other)
+        assert api.get(runledger_dsn, "elsewhere") is None
+        assert api.get(runledger_dsn, "elsewhere", schema=other)["name"] == "elsewhere"
+        fired = run_due(app, runledger_dsn, utc(2031, 1, 1, 0, 1), schema=other)
+        assert [r["schedule_name"] for r in fired] == ["elsewhere"]
+    finally:
+        with connect(runledger_postgres, "public", autocommit=True) as conn:
+            drop_schema(conn, other)

@@ -46,8 +46,9 @@ def test_every_module_imports_without_the_optional_dependencies():
         import runledger_beat
         for public in ("scheduler", "cli", "api", "worker", "testing", "pytest_plugin"):
             importlib.import_module("runledger_beat." + public)
+        # The Django app is the django extra itself (test_the_django_app_without_django_names_the_extra).
         modules = [m.name for m in pkgutil.walk_packages(runledger_beat.__path__, "runledger_beat.")
-                   if not m.name.endswith("__main__")]
+                   if not m.name.endswith("__main__") and not m.name.startswith("runledger_beat.contrib.django")]
         for name in modules:
             importlib.import_module(name)
         from celery import Celery
@@ -82,3 +83,15 @@ def test_a_missing_extra_is_one_line_naming_it():
     assert done.stdout.splitlines() == [
         "web 2", "demo 2",
         "settings runledger_metrics_port: needs prometheus-client (pip install 'runledger-beat[metrics]')"]
+
+
+def test_the_django_app_without_django_names_the_extra():
+    done = run_without_extras("""
+        try:
+            import runledger_beat.contrib.django.models
+        except ImportError as exc:
+            print(exc)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "runledger_beat.contrib.django: needs django (pip install 'runledger-beat[django]')"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings
@@ -364,3 +364,16 @@ def test_valid_timings_return_self() -> None:
         Timing("once", at=T0),
     ]:
         assert timing.validate() is timing
+
+
+def test_upcoming_lists_an_active_rows_fires_and_nothing_for_a_paused_or_unplannable_one():
+    from runledger_beat.timing.rows import upcoming
+
+    row = {"id": "00000000-0000-0000-0000-000000000000", "kind": "cron", "cron_expr": "30 2 * * *",
+           "timezone": "Europe/Paris", "is_active": True, "skip_dates": [], "calendar_dates": [date(2031, 1, 2)],
+           "anchor_at": datetime(2030, 1, 1, tzinfo=timezone.utc)}
+    after = datetime(2031, 1, 1, tzinfo=timezone.utc)
+    assert upcoming(row, after, 3) == [datetime(2031, 1, d, 1, 30, tzinfo=timezone.utc) for d in (1, 3, 4)]
+    assert upcoming(dict(row, is_active=False), after, 3) == []
+    assert upcoming(dict(row, quarantined_at=after), after, 3) == []
+    assert upcoming(dict(row, timezone="Nowhere/Bogus"), after, 3) == []
