@@ -1,0 +1,18 @@
+"""A minimal Django project holding django-celery-beat, its database from RUNLEDGER_DCB_DSN (tests only)."""
+
+from __future__ import annotations
+
+import os
+
+from psycopg.conninfo import conninfo_to_dict
+
+_db = conninfo_to_dict(os.environ.get("RUNLEDGER_DCB_DSN", ""))
+
+SECRET_KEY = "tests-only"
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_celery_beat"]
+DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": _db.get("dbname", ""),
+                         "USER": _db.get("user", ""), "PASSWORD": _db.get("password", ""),
+                         "HOST": _db.get("host", ""), "PORT": _db.get("port", "")}}
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
