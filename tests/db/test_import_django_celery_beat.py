@@ -27,7 +27,7 @@ def dcb_dsn(pg_dsn):
     """A database of the test's own, migrated by django-celery-beat and holding each PeriodicTask kind."""
     name = f"dcb_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
     dsn = make_conninfo(pg_dsn, dbname=name)
     try:
         subprocess.run([sys.executable, "-m", "tests.support.dcb_project"], cwd=ROOT, check=True, timeout=120,

@@ -1,7 +1,10 @@
 """A Celery app whose beat_schedule holds entries Celery accepts and two runledger refuses (solar, a custom
-BaseSchedule subclass), for the sync and doctor tests."""
+BaseSchedule subclass), for the sync, doctor and beat start tests (a real beat takes RUNLEDGER_DSN and
+RL_SCHEMA from the environment; its broker is in-memory, so nothing it sends leaves the process)."""
 
 from __future__ import annotations
+
+import os
 
 from celery import Celery
 from celery.schedules import BaseSchedule, crontab, solar
@@ -22,7 +25,8 @@ def _solar():
 
 
 app = Celery("refused", broker="memory://", set_as_current=False)
-app.conf.timezone = "Europe/Paris"
+app.conf.update(timezone="Europe/Paris", runledger_dsn=os.environ.get("RUNLEDGER_DSN"),
+                runledger_schema=os.environ.get("RL_SCHEMA", "runledger"), beat_max_loop_interval=5)
 app.conf.beat_schedule = {
     "weekly": {"task": "t.weekly", "schedule": crontab(minute=0, hour=7, day_of_week="monday")},
     "spread": {"task": "t.spread", "schedule": crontab(minute=[0], day_of_week="tuesday-sunday")},
