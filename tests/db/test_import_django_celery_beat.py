@@ -1,5 +1,6 @@
 """`runledger-beat import-from django-celery-beat`: a real Django project migrated by django-celery-beat's own
-migrations, one PeriodicTask of each kind saved through its models, brought across field by field; a second
+migrations (into a schema of the test's own: no CREATE/DROP DATABASE, which a busy shared server can stall for
+minutes), one PeriodicTask of each kind saved through its models, brought across field by field; a second
 run changes nothing; --dry-run writes nothing; the source is only read."""
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from runledger_beat import api, cli
 
@@ -23,48 +23,56 @@ UTC = timezone.utc
 
 
 @pytest.fixture
-def dcb_dsn(pg_dsn):
-    """A database of the test's own, migrated by django-celery-beat and holding each PeriodicTask kind."""
+def dcb(pg_dsn):
+    """(dsn, schema): a schema of the test's own, migrated by django-celery-beat's own migrations in a real
+    Django project and holding each PeriodicTask kind; dropped after."""
     name = f"dcb_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    dsn = make_conninfo(pg_dsn, dbname=name)
+        conn.execute(f'CREATE SCHEMA "{name}"')
     try:
         subprocess.run([sys.executable, "-m", "tests.support.dcb_project"], cwd=ROOT, check=True, timeout=120,
-                       env={**os.environ, "RUNLEDGER_DCB_DSN": dsn,
+                       env={**os.environ, "RUNLEDGER_DCB_DSN": pg_dsn, "RUNLEDGER_DCB_SCHEMA": name,
                             "DJANGO_SETTINGS_MODULE": "tests.support.dcb_settings"})
-        yield dsn
+        yield pg_dsn, name
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
-def run(capsys, pg_dsn, schema, *argv):
-    code = cli.main(["--dsn", pg_dsn, "--schema", schema, "import-from", "django-celery-beat", *argv, "--json"])
+def run(capsys, pg_dsn, schema, source, *argv):
+    dsn, source_schema = source
+    code = cli.main(["--dsn", pg_dsn, "--schema", schema, "import-from", "django-celery-beat", dsn,
+                     "--source-schema", source_schema, *argv, "--json"])
     return code, json.loads(capsys.readouterr().out)
 
 
-def source_rows(dsn):
-    with psycopg.connect(dsn) as conn:
+def source_conn(source):
+    conn = psycopg.connect(source[0])
+    conn.execute(f'SET search_path TO "{source[1]}"')
+    return conn
+
+
+def source_rows(source):
+    with source_conn(source) as conn:
         return conn.execute("SELECT to_jsonb(t) FROM django_celery_beat_periodictask t ORDER BY id").fetchall()
 
 
 ALL = ["campaign", "first monday", "new year", "once later", "report", "switched off"]
 
 
-def test_each_periodic_task_kind_comes_across_field_by_field(capsys, pg_dsn, schema, db, dcb_dsn):
-    before = source_rows(dcb_dsn)
-    code, plan = run(capsys, pg_dsn, schema, dcb_dsn, "--dry-run", "--skip-invalid")
+def test_each_periodic_task_kind_comes_across_field_by_field(capsys, pg_dsn, schema, db, dcb):
+    before = source_rows(dcb)
+    code, plan = run(capsys, pg_dsn, schema, dcb, "--dry-run", "--skip-invalid")
     assert code == 0 and plan["dry_run"] and not plan["written"]
     assert sorted(plan["created"]) == ALL and plan["refused"] == {
         "sunrise": "solar schedules are not supported (they follow the sun, not a clock)"}
     assert api.list_schedules(db) == []
 
-    code, refused = run(capsys, pg_dsn, schema, dcb_dsn)
+    code, refused = run(capsys, pg_dsn, schema, dcb)
     assert code == 2 and not refused["written"] and "sunrise" in refused["refused"]
     assert api.list_schedules(db) == []
 
-    code, report = run(capsys, pg_dsn, schema, dcb_dsn, "--skip-invalid")
+    code, report = run(capsys, pg_dsn, schema, dcb, "--skip-invalid")
     assert code == 0 and report["written"] and sorted(report["created"]) == ALL
     got = {s["name"]: s for s in api.list_schedules(db)}
     assert sorted(got) == ALL
@@ -94,20 +102,20 @@ def test_each_periodic_task_kind_comes_across_field_by_field(capsys, pg_dsn, sch
     assert (once["kind"], once["at"]) == ("once", datetime(2030, 5, 5, 5, 5, tzinfo=UTC))
 
     stamps = {s["name"]: (s["updated_at"], s["next_fire_at"]) for s in api.list_schedules(db)}
-    code, again = run(capsys, pg_dsn, schema, dcb_dsn, "--skip-invalid")
+    code, again = run(capsys, pg_dsn, schema, dcb, "--skip-invalid")
     assert code == 0 and again["created"] == again["updated"] == [] and sorted(again["unchanged"]) == ALL
     assert not again["written"]
     assert {s["name"]: (s["updated_at"], s["next_fire_at"]) for s in api.list_schedules(db)} == stamps
-    assert source_rows(dcb_dsn) == before
+    assert source_rows(dcb) == before
 
 
-def test_a_change_at_the_source_is_an_update_and_dry_run_leaves_it(capsys, pg_dsn, schema, db, dcb_dsn):
-    assert run(capsys, pg_dsn, schema, dcb_dsn, "--skip-invalid")[0] == 0
-    with psycopg.connect(dcb_dsn) as conn:
+def test_a_change_at_the_source_is_an_update_and_dry_run_leaves_it(capsys, pg_dsn, schema, db, dcb):
+    assert run(capsys, pg_dsn, schema, dcb, "--skip-invalid")[0] == 0
+    with source_conn(dcb) as conn:
         conn.execute("UPDATE django_celery_beat_periodictask SET queue = 'urgent' WHERE name = 'report'")
-    code, plan = run(capsys, pg_dsn, schema, dcb_dsn, "--skip-invalid", "--dry-run")
+    code, plan = run(capsys, pg_dsn, schema, dcb, "--skip-invalid", "--dry-run")
     assert code == 0 and plan["updated"] == ["report"] and api.get(db, "report")["options"]["queue"] == "reports"
-    code, report = run(capsys, pg_dsn, schema, dcb_dsn, "--skip-invalid")
+    code, report = run(capsys, pg_dsn, schema, dcb, "--skip-invalid")
     assert report["updated"] == ["report"] and api.get(db, "report")["options"]["queue"] == "urgent"
 
 
@@ -116,3 +124,25 @@ def test_a_schema_without_its_tables_is_a_clear_error(capsys, pg_dsn, schema):
                      "--source-schema", schema])
     assert code == 2
     assert "no django_celery_beat_periodictask table in that schema" in capsys.readouterr().err
+
+
+def test_an_older_django_celery_beat_without_clocked_headers_or_expire_seconds(capsys, pg_dsn, schema, db, dcb):
+    """Tables of a django-celery-beat before clocked schedules, headers, priority and expire_seconds: read too."""
+    with source_conn(dcb) as conn:
+        conn.execute("DELETE FROM django_celery_beat_periodictask WHERE clocked_id IS NOT NULL")
+        for column in ("clocked_id", "headers", "priority", "expire_seconds"):
+            conn.execute(f"ALTER TABLE django_celery_beat_periodictask DROP COLUMN {column}")
+        conn.execute("DROP TABLE django_celery_beat_clockedschedule")
+        conn.execute("ALTER TABLE django_celery_beat_crontabschedule DROP COLUMN timezone")
+    code, report = run(capsys, pg_dsn, schema, dcb, "--skip-invalid")
+    assert code == 0 and sorted(report["created"]) == [n for n in ALL if n != "new year"]
+    assert api.get(db, "report")["options"] == {"queue": "reports", "exchange": "reports-x",
+                                                "routing_key": "rk.report"}
+    assert api.get(db, "first monday")["timezone"] == "UTC"
+
+
+def test_an_unreachable_source_hides_its_password(capsys, pg_dsn, schema, db):
+    code = cli.main(["--dsn", pg_dsn, "--schema", schema, "import-from", "django-celery-beat",
+                     "postgresql://u:hunter2@127.0.0.1:1/django"])
+    err = capsys.readouterr().err
+    assert code == 1 and "source database" in err and "hunter2" not in err

@@ -1,6 +1,6 @@
 """Migrate a database with django-celery-beat's own migrations and save one PeriodicTask of each kind through
-its models; run as ``python -m tests.support.dcb_project`` with RUNLEDGER_DCB_DSN set (Django stays out of the
-test process)."""
+its models; run as ``python -m tests.support.dcb_project`` with RUNLEDGER_DCB_DSN and RUNLEDGER_DCB_SCHEMA set
+(Django stays out of the test process)."""
 
 from __future__ import annotations
 
