@@ -174,6 +174,7 @@ def build(commands: Iterable[str]) -> argparse.ArgumentParser:
     _calendar_arguments(p["calendar"])
     p["sync"].add_argument("--skip-invalid", action="store_true",
                            help="import the other entries when one is refused (it is still named; exit 0)")
+    p["sync"].add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
     _import_arguments(p["import-from"])
     p["audit"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["audit"].add_argument("--since", metavar="DURATION", help="only changes within this long ago (1h, 7d)")

@@ -79,11 +79,13 @@ class _RollBack(Exception):
     """Raised inside the sync's transaction to undo it when an entry was refused and nothing may be written."""
 
 
-def sync_beat_schedule(conn: Any, app: Any, entries: dict[str, Any], skip_invalid: bool = True) -> dict[str, Any]:
+def sync_beat_schedule(conn: Any, app: Any, entries: dict[str, Any], skip_invalid: bool = True,
+                       dry_run: bool = False) -> dict[str, Any]:
     """Make the config rows match ``entries``; returns counts and the refused entries' reasons.
 
     ``refused`` (also under its older name ``errors``) maps each refused entry to why. With ``skip_invalid`` the
-    other entries are imported; without it a refusal writes nothing (``written`` is False).
+    other entries are imported; without it a refusal writes nothing (``written`` is False). ``dry_run`` counts
+    what would change and rolls it all back.
     """
     refused: dict[str, str] = {}
     report: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "deactivated": 0,
@@ -102,8 +104,12 @@ def sync_beat_schedule(conn: Any, app: Any, entries: dict[str, Any], skip_invali
             gone = [r["id"] for r in store.config_schedules() if r["name"] not in (entries or {})]
             if gone:
                 report["deactivated"] = len(store.deactivate_config(gone))
+            if dry_run:
+                raise _RollBack
     except _RollBack:
-        report.update(created=0, updated=0, unchanged=0, written=False)
+        report["written"] = False
+        if not dry_run:
+            report.update(created=0, updated=0, unchanged=0)
     return report
 
 

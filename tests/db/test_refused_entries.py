@@ -47,3 +47,11 @@ def test_doctor_lists_the_refused_entries(capsys, pg_dsn, schema, db):
     assert "2 of 4 entries refused" in checks["beat_schedule"]["detail"]
     assert "beat_schedule['sunrise']" in checks["beat_schedule"]["detail"]
     assert "beat_schedule['moon']" in checks["beat_schedule"]["detail"]
+
+
+def test_sync_dry_run_counts_and_writes_nothing(capsys, pg_dsn, schema, db):
+    code = cli.main(["--dsn", pg_dsn, "--schema", schema, "--app", APP, "sync", "--dry-run", "--skip-invalid",
+                     "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and (report["created"], report["written"]) == (2, False) and len(report["refused"]) == 2
+    assert api.list_schedules(db) == []
