@@ -207,7 +207,7 @@ def _beat_schedule(app: Any) -> Check:
     if refused:
         return Check("beat_schedule", FAIL, f"{len(refused)} of {len(entries)} entries refused, never scheduled: "
                      + "; ".join(refused.values()))
-    return Check("beat_schedule", OK, f"all {len(entries)} entries import")
+    return Check("beat_schedule", OK, f"all {len(entries)} entries import" if entries else "no entries")
 
 
 def as_json(checks: list[Check]) -> dict:
