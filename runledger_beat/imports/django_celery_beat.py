@@ -11,6 +11,7 @@ exchange, routing_key, priority, headers -> options; args/kwargs JSON text -> ar
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -40,10 +41,12 @@ def read(conn: Any) -> list[Candidate]:
 
 
 def _instant(value: Any) -> datetime | None:
-    """A timestamp column as JSON gives it (ISO text), as an aware datetime."""
+    """A timestamp column as JSON gives it (ISO text, the fraction's trailing zeros dropped), as an aware
+    datetime; the fraction is padded to 6 digits, which Python 3.10's fromisoformat needs."""
     if value in (None, ""):
         return None
-    instant = datetime.fromisoformat(value)
+    text = re.sub(r"\.(\d{1,6})", lambda m: "." + m.group(1).ljust(6, "0"), str(value), count=1)
+    instant = datetime.fromisoformat(text)
     return instant if instant.tzinfo else instant.replace(tzinfo=timezone.utc)
 
 
