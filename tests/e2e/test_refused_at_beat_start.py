@@ -22,6 +22,6 @@ def test_beat_logs_one_error_per_refused_entry_and_schedules_the_rest(db, pg_dsn
         assert len(errors) == 2, beat.log()
         assert any("beat_schedule['sunrise']: solar schedules are not supported" in e for e in errors)
         assert any("beat_schedule['moon']: custom schedule class" in e for e in errors)
-        assert beat.alive()
+        assert "refused=['moon', 'sunrise']" in beat.log() and beat.alive()
     finally:
         beat.stop()
