@@ -68,7 +68,7 @@ def apply(conn: Any, candidates: Iterable[Candidate], *, dry_run: bool, skip_inv
 
 
 def summary(report: dict[str, Any]) -> str:
-    """The report as text: a count line, then one line per schedule that changes or is refused."""
+    """The report as text: a count line, then one line per schedule and what happens to it."""
     head = "dry run: " if report["dry_run"] else ""
     lines = [head + ", ".join(f"{o}={len(report[o])}" for o in OUTCOMES) + f", refused={len(report['refused'])}"]
     lines += [f"{o}: {name}" for o in OUTCOMES for name in report[o]]
