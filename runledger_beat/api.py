@@ -181,6 +181,14 @@ def save(store: ScheduleStore, cols: dict[str, Any], mode: str = "upsert") -> tu
     return _replace(store, old, cols, now), "updated"
 
 
+def planned(store: ScheduleStore, cols: dict[str, Any]) -> str:
+    """What ``save(store, cols)`` would do ("created", "updated" or "unchanged"), found without writing."""
+    old = store.schedule(cols["name"])
+    if old is None:
+        return "created"
+    return "unchanged" if all(_same(old.get(k), v) for k, v in cols.items()) else "updated"
+
+
 def _definition(conn_or_dsn: Any, spec: ScheduleSpec, mode: str, schema: str | None) -> dict:
     cols = spec.columns()
     with _session(conn_or_dsn, schema) as store:

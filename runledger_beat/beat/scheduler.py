@@ -83,7 +83,10 @@ class Scheduler(beat.Scheduler):
         entries = self.app.conf.beat_schedule or {}
         if entries:
             from ..importer import sync_beat_schedule
-            log.info("runledger: beat_schedule imported: %s", sync_beat_schedule(conn, self.app, entries))
+            report = sync_beat_schedule(conn, self.app, entries)  # each refused entry is logged as an error
+            log.info("runledger: beat_schedule imported: %s", ", ".join(
+                f"{k}={report[k]}" for k in ("created", "updated", "unchanged", "deactivated"))
+                + (f", refused={sorted(report['refused'])}" if report["refused"] else ""))
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Run due work, then wait (woken by NOTIFY) until the next thing to do; return what is left to sleep."""

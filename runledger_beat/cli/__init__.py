@@ -32,7 +32,10 @@ not installed (web, demo) exits 2 with "<command>: needs <package> (pip install
   "dispatch_attempts", "last_error", "worker", "retries", "duplicates", "backfill",
   "released_at"}
 - remove: {"removed": name}; migrate: {"applied": [file, ...]};
-  sync: {"created", "updated", "unchanged", "deactivated", "errors": {name: text}};
+  sync: {"created", "updated", "unchanged", "deactivated", "refused": {name: text}, "errors" (the same),
+  "written"} (exit 2 when an entry was refused, nothing written, unless --skip-invalid);
+  import-from: {"created": [name], "updated": [name], "unchanged": [name], "refused": {name: text},
+  "dry_run", "written"} (exit 2 when an entry was refused, nothing written, unless --skip-invalid);
   stats: [{"name", "total", "counts", "send_lag_p50", ...}]; preview: [time, ...]
 - beats: [{"id", "host", "pid", "version", "started_at", "last_tick_at", "preparing", "age_seconds"}]
 - health: {"healthy", "beats", "age_seconds", "max_age"} (exit 1 when not healthy)
@@ -57,7 +60,7 @@ from ..db.migrate import require_schema
 from ..db.redaction import redact_dsn, safe_error
 from ..errors import ConfigError, ScheduleError, UsageError
 from ..extras import require
-from . import operations, parser, schedules
+from . import imports, operations, parser, schedules
 from .common import CLI_APPLICATION_NAME, dsn_of
 
 __all__ = ["CLI_APPLICATION_NAME", "COMMANDS", "build_parser", "main"]
@@ -65,7 +68,7 @@ __all__ = ["CLI_APPLICATION_NAME", "COMMANDS", "build_parser", "main"]
 
 #: Every command by name: a function taking the parsed arguments and the DSN, returning the exit code.
 COMMANDS: dict[str, Callable[[argparse.Namespace, str], int]] = {
-    name.removeprefix("cmd_"): fn for module in (schedules, operations)
+    name.removeprefix("cmd_").replace("_", "-"): fn for module in (schedules, operations, imports)
     for name, fn in vars(module).items() if name.startswith("cmd_")}
 
 

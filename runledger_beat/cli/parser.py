@@ -73,7 +73,9 @@ def _subcommands(sub: Any, commands: Iterable[str]) -> dict[str, argparse.Argume
         "show": "one schedule, its next fires and latest runs", "pause": "stop a schedule firing",
         "resume": "start a paused schedule again from now", "remove": "delete a schedule (its ledger stays)",
         "trigger": "fire a schedule now, out of band", "history": "latest ledger rows of a schedule",
-        "sync": "import a Celery app's beat_schedule", "stats": "per-schedule counts and lag percentiles",
+        "sync": "import a Celery app's beat_schedule",
+        "import-from": "import the schedules of django-celery-beat's tables or redbeat's Redis keys",
+        "stats": "per-schedule counts and lag percentiles",
         "beats": "the running beats: host, pid, version, last tick",
         "health": "exit 0 when some beat ticked recently, else 1 (for probes)",
         "doctor": "check database, schema, privileges, clock, LISTEN, workers and (with --app) the broker",
@@ -105,6 +107,19 @@ def _calendar_arguments(parser: argparse.ArgumentParser) -> None:
     for sub in (add, remove, actions.choices["list"]):
         _global_options(sub, top=False)
         sub.add_argument("--json", action="store_true", help="machine-readable output")
+
+def _import_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", choices=("django-celery-beat", "redbeat"), help="the scheduler to import from")
+    p.add_argument("location", metavar="SOURCE",
+                   help="django-celery-beat: the Django database's DSN; redbeat: the Redis URL")
+    p.add_argument("--source-schema", default="public", metavar="S",
+                   help="django-celery-beat: schema of its tables (default public); --schema is runledger's")
+    p.add_argument("--prefix", default="redbeat:", help="redbeat: its key prefix (default redbeat:)")
+    p.add_argument("--tz", metavar="NAME",
+                   help="redbeat: zone its crontabs run in (the app's timezone; else --app's, else UTC)")
+    p.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
+    p.add_argument("--skip-invalid", action="store_true",
+                   help="import the others when one is refused (it is still named; exit 0)")
 
 def build(commands: Iterable[str]) -> argparse.ArgumentParser:
     """The whole command line, for these commands."""
@@ -157,6 +172,10 @@ def build(commands: Iterable[str]) -> argparse.ArgumentParser:
                                help="refuse (exit 2, nothing written) if the range holds more slots, "
                                     f"1..{MAX_BACKFILL_SLOTS} (default 10000)")
     _calendar_arguments(p["calendar"])
+    p["sync"].add_argument("--skip-invalid", action="store_true",
+                           help="import the other entries when one is refused (it is still named; exit 0)")
+    p["sync"].add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
+    _import_arguments(p["import-from"])
     p["audit"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["audit"].add_argument("--since", metavar="DURATION", help="only changes within this long ago (1h, 7d)")
     add_preview_arguments(p["preview"])

@@ -123,7 +123,10 @@ def cmd_sync(args: argparse.Namespace, dsn: str) -> int:
         raise UsageError("--app: sync needs --app proj.celery")
     app = load_app(args.app)
     with connect(dsn, args.schema) as conn:
-        report = sync_beat_schedule(conn, app, app.conf.beat_schedule or {})
-    emit(args, report, ", ".join(f"{k}={v}" for k, v in report.items() if k != "errors")
-          + "".join(f"\nskipped: {e}" for e in report["errors"].values()))
-    return 0
+        report = sync_beat_schedule(conn, app, app.conf.beat_schedule or {}, skip_invalid=args.skip_invalid,
+                                    dry_run=args.dry_run)
+    counts = ", ".join(f"{k}={report[k]}" for k in ("created", "updated", "unchanged", "deactivated"))
+    emit(args, report, ("dry run, nothing written: " + counts if args.dry_run else counts if report["written"]
+                        else "nothing written: an entry was refused (--skip-invalid imports the others)")
+         + "".join(f"\nrefused: {e}" for e in report["refused"].values()))
+    return 2 if report["refused"] and not args.skip_invalid else 0

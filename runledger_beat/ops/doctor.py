@@ -4,7 +4,8 @@ Checks, in order: the database answers; the schema and its migrations
 (applied vs shipped); the role's privileges on the tables, and on the functions
 beat calls; clock skew between this host and the database; LISTEN/NOTIFY round
 trip; beats alive; a worker hook seen lately (a ledger row started within the
-last hour); and, with ``--app``, the broker. Each check gives ``ok``, ``warn`` or ``FAIL`` with a
+last hour); and, with ``--app``, the broker and the app's beat_schedule (each
+entry beat would refuse). Each check gives ``ok``, ``warn`` or ``FAIL`` with a
 reason; the command exits 1 when any check failed, else 0.
 """
 
@@ -71,6 +72,8 @@ def diagnose(dsn: str, schema: str, app: Any = None) -> list[Check]:
                 if usable or name in ("clock", "listen"):  # the rest needs the schema
                     _run(checks, name, step)
     checks.append(_broker(app))
+    if app is not None:
+        checks.append(_beat_schedule(app))
     return checks
 
 
@@ -194,6 +197,17 @@ def _broker(app: Any) -> Check:
     finally:
         conn.release()
     return Check("broker", OK, f"connected to {uri}")
+
+
+def _beat_schedule(app: Any) -> Check:
+    """FAIL naming each beat_schedule entry beat refuses (it would never fire), else ok with the count."""
+    from ..imports.beat_schedule import refused_entries
+    entries = app.conf.beat_schedule or {}
+    refused = refused_entries(app, entries)
+    if refused:
+        return Check("beat_schedule", FAIL, f"{len(refused)} of {len(entries)} entries refused, never scheduled: "
+                     + "; ".join(refused.values()))
+    return Check("beat_schedule", OK, f"all {len(entries)} entries import" if entries else "no entries")
 
 
 def as_json(checks: list[Check]) -> dict:

@@ -43,14 +43,20 @@ def add_preview_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--skip-dates", metavar="DATES",
                         help="local dates (in --tz) with no fire, e.g. 2026-12-25,2026-12-26")
+    parser.add_argument("--day-and", action="store_true",
+                        help="with --cron: a day must match day-of-month AND day-of-week (as a Celery crontab "
+                             "and a schedule stored with --day-and), not cron's OR")
     parser.add_argument("--json", action="store_true", help="print a JSON list of RFC 3339 UTC times")
 
 
 def _timing(args: argparse.Namespace) -> Timing:
     """Build and validate the Timing the options describe."""
     skip = check_skip_dates(getattr(args, "skip_dates", None))
+    if getattr(args, "day_and", False) and args.cron is None:
+        raise ScheduleError("day_and", "--day-and applies to --cron only")
     if args.cron is not None:
-        timing = Timing("cron", cron=args.cron, timezone=args.tz, max_jitter=args.jitter, skip_dates=skip)
+        timing = Timing("cron", cron=args.cron, timezone=args.tz, max_jitter=args.jitter, skip_dates=skip,
+                        day_and=bool(getattr(args, "day_and", False)))
     elif args.every is not None:
         timing = Timing("interval", every=parse_duration(args.every), timezone=args.tz, max_jitter=args.jitter,
                         skip_dates=skip)

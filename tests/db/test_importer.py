@@ -32,7 +32,7 @@ def test_import_twice_and_deactivate(db):
     report = sync_beat_schedule(db, app, app.conf.beat_schedule)
     assert (report["created"], report["errors"]) == (3, {})
     nightly = api.get(db, "nightly")
-    assert nightly["cron"] == "30 2 * * mon-fri" and nightly["day_and"] and nightly["timezone"] == "Europe/Berlin"
+    assert nightly["cron"] == "30 2 * * 1-5" and nightly["day_and"] and nightly["timezone"] == "Europe/Berlin"
     assert nightly["options"] == {"queue": "reports", "expires": 300.0} and nightly["source"] == "config"
     assert api.get(db, "often")["every"] == 45.0 and api.get(db, "number")["every"] == 10.0
     before = {s["name"]: (s["next_fire_at"], s["updated_at"]) for s in api.list_schedules(db)}

@@ -25,7 +25,7 @@ ARGS = {
     "pause": ["s"], "resume": ["s"], "remove": ["s"], "trigger": ["s"], "history": ["s"], "sync": [],
     "stats": [], "beats": [], "health": [], "doctor": [], "web": ["--port", "1"],
     "backfill": ["s", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"],
-    "calendar": ["list"], "audit": [], "ledger": [],
+    "calendar": ["list"], "audit": [], "ledger": [], "import-from": ["redbeat", "redis://127.0.0.1:1/0"],
 }
 
 

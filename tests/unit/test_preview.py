@@ -73,3 +73,17 @@ def test_numeric_options_out_of_range_exit_2_naming_the_option(capsys: pytest.Ca
         captured = capsys.readouterr()
         assert captured.err.splitlines()[-1].endswith(f"error: argument {option}, got '{argv[-1]}'")
         assert captured.out == ""
+
+
+def test_day_and_shows_celerys_and_of_the_day_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    """'0 8 1-7 * 1': cron's OR fires on the 1st-7th and every Monday; --day-and only on the first Monday,
+    as a stored Celery crontab does."""
+    base = ["--cron", "0 8 1-7 * 1", "--after", "2026-01-01T00:00:00Z", "--count", "3", "--json"]
+    assert preview_command(base) == 0
+    assert json.loads(capsys.readouterr().out) == ["2026-01-01T08:00:00Z", "2026-01-02T08:00:00Z",
+                                                   "2026-01-03T08:00:00Z"]
+    assert preview_command([*base, "--day-and"]) == 0
+    assert json.loads(capsys.readouterr().out) == ["2026-01-05T08:00:00Z", "2026-02-02T08:00:00Z",
+                                                   "2026-03-02T08:00:00Z"]
+    assert preview_command(["--every", "5m", "--day-and"]) == 2
+    assert "day_and: --day-and applies to --cron only" in capsys.readouterr().err
