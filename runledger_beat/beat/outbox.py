@@ -168,8 +168,10 @@ class Outbox:
 
     def _hold_publishing(self) -> None:
         """Take the publishing lock, unless held already: at the commit, then before each chunk, since a sweep in
-        progress at the commit keeps it for its transaction (that sweep takes only rows older than the instant's)."""
-        if not self._publishing_held:
+        progress at the commit keeps it for its transaction (that sweep takes only rows older than the instant's).
+        Not in pool mode "transaction": the lock is a session's, and a transaction pooler would leave it on
+        whichever server process took it; the recovery grace alone then keeps sweeps off the instant's rows."""
+        if not self._publishing_held and not self.settings.pooled:
             with contextlib.suppress(psycopg.Error):  # without the ledger, publishing goes on: marks will fail anyway
                 self._publishing_held = self.connections.ledger.hold_publishing()
 

@@ -128,3 +128,7 @@ UNLISTEN runledger_doctor;
 -- doctor_recent_start --
 -- runledger-beat doctor: the latest run a worker hook reported started within the last hour (NULL: none).
 SELECT max(started_at) AS started_at FROM jobs WHERE started_at >= now() - interval '1 hour';
+
+-- doctor_backend --
+-- runledger-beat doctor: the server process this transaction runs on (a transaction pooler moves a session).
+SELECT pg_backend_pid() AS pid;
