@@ -87,6 +87,18 @@ class StandbyPair:
                 return not conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]
         wait_for(writable, timeout=60, message="the promoted standby accepting writes")
 
+    def demote_primary(self) -> None:
+        """Leave the primary up but refusing writes, as a demoted node does: its sessions' next write fails with
+        SQLSTATE 25006 (read-only transaction) and read-write connections pass it over. Returns once the
+        transactions that were writing when it turned read-only have ended (a switchover drains them before the
+        promotion: a commit on the old primary after it would wait for its synchronous standby for ever)."""
+        with psycopg.connect(self.primary.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+            conn.execute("SELECT pg_reload_conf()")
+            wait_for(lambda: conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL"
+                                          " AND pid <> pg_backend_pid()").fetchone()[0] == 0,
+                     timeout=30, interval=0.05, message="the writing transactions drained")
+
     def log(self) -> str:
         with contextlib.suppress(OSError):
             return Path(f"{self.home}/log").read_text(errors="replace")[-4000:]
