@@ -69,3 +69,29 @@ def test_doctor_detects_a_transaction_pooler_and_names_the_mode(capsys, monkeypa
     cli.main(["--dsn", pg_dsn, "--schema", schema, "doctor", "--json"])
     check = _checks(capsys.readouterr().out)["pool mode"]
     assert check["verdict"] == "ok" and "pool mode session" in check["detail"], check
+
+
+def test_beat_listens_over_listen_dsn_or_polls_in_pool_mode_transaction(pg_dsn, pooled, schema):
+    from runledger_beat.beat.listener import ChangeListener
+    from runledger_beat.settings import load
+
+    conf = {"runledger_dsn": pooled, "runledger_schema": schema, "runledger_pool_mode": "transaction"}
+    polling = load(conf)
+    assert polling.pooled and not polling.listens
+    listener = ChangeListener(polling)
+    listener.open()
+    assert not listener.enabled and not listener.listening and listener.wait(0.01) is False
+
+    direct = load(dict(conf, runledger_listen_dsn=pg_dsn))
+    assert direct.listens
+    listener = ChangeListener(direct)
+    try:
+        listener.open()
+        assert listener.listening
+        with connect(pooled, schema, autocommit=True, pool_mode="transaction") as conn:
+            api.create(conn, "wake", "rl.record", every=60)  # through the pooler; NOTIFY reaches the direct LISTEN
+        assert listener.wait(5.0) is True
+    finally:
+        listener.close()
+    with pytest.raises(Exception, match="runledger_pool_mode"):
+        load(dict(conf, runledger_pool_mode="statement"))
