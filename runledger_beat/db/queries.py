@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from importlib import resources
 from importlib.abc import Traversable
 
+from .connect import check_schema_name
+
 _HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 
 
@@ -44,14 +46,12 @@ _NAMES = "|".join(TABLES)
 _RELATION = re.compile(rf"\b(FROM|JOIN|INTO|UPDATE)(\s+)({_NAMES})\b(?![.(])")
 _REGCLASS = re.compile(rf"'({_NAMES})'::regclass")
 _FUNCTION = re.compile(r"(?<![\w.\"])(runledger_[a-z_]+)\(")
-_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 def qualify(statement: str, schema: str) -> str:
     """``statement`` with the runledger tables and functions named as ``"schema".name`` and ``current_schema()``
     as the schema's name, so it runs the same whatever the session's search_path (or a pooler's backend's)."""
-    if not _PLAIN_NAME.match(schema):
-        raise ValueError(f"runledger_schema: {schema!r} is not a plain SQL identifier")
+    check_schema_name(schema)  # ConfigError unless a plain identifier: it is written into the SQL
     quoted = f'"{schema}"'
     statement = _RELATION.sub(lambda m: f"{m[1]}{m[2]}{quoted}.{m[3]}", statement)
     statement = _REGCLASS.sub(lambda m: f"'{quoted}.{m[1]}'::regclass", statement)

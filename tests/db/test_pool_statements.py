@@ -55,7 +55,7 @@ def test_qualify_names_tables_functions_and_the_schema() -> None:
                            "JOIN job_schedules s ON s.id = j.schedule_id WHERE jobs.id = 1", "s1")
     assert text == ("SELECT \"s1\".runledger_instant_ok(x), '\"s1\".jobs'::regclass, 's1' FROM \"s1\".jobs j "
                     "JOIN \"s1\".job_schedules s ON s.id = j.schedule_id WHERE jobs.id = 1")
-    with pytest.raises(ValueError, match="runledger_schema"):
+    with pytest.raises(ConfigError, match="runledger_schema"):
         queries.qualify("SELECT 1", 'x"; DROP')
 
 
