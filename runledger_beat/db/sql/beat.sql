@@ -1,7 +1,7 @@
 -- What a beat runs: claim, record and advance (beat/claim.py), publish and settle the outbox, sweep and
 -- keep house (beat/*.py), and the testing helper's pass at a chosen clock (testing.py), through db.beat_store.
 -- Each statement: a `-- name --` line, a line saying what it is for, then the SQL; Python runs it as
--- queries.NAME. All run with search_path set to the runledger schema.
+-- queries.NAME; the stores run them with every runledger name schema-qualified (queries.for_schema).
 
 -- mark_internal --
 -- Beat's own cursor moves must not wake the other beats; also reads the database clock.

@@ -1,7 +1,7 @@
 -- Operator surfaces (ops/*.py and the command line, through db.ops_store): partitions, beats, health,
 -- doctor checks, the dashboard's reads and per-schedule stats.
 -- Each statement: a `-- name --` line, a line saying what it is for, then the SQL; Python runs it as
--- queries.NAME. All run with search_path set to the runledger schema.
+-- queries.NAME; the stores run them with every runledger name schema-qualified (queries.for_schema).
 
 -- ledger_partitions --
 -- The ledger's partitions: name, the range it holds, estimated rows and bytes on disk, oldest first.
