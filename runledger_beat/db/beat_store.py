@@ -27,6 +27,12 @@ class BeatStore(Store):
         """Keep this transaction's cursor moves from waking other beats; returns the database clock."""
         return self._one(self.q.mark_internal)["db_clock"]
 
+    def set_local_timeouts(self, statement: float, lock: float, idle: float) -> None:
+        """This transaction's statement, lock and idle-in-transaction timeouts (seconds; pool mode "transaction",
+        where the connection has none of its own)."""
+        self._one(self.q.set_local_timeouts, {"statement": str(int(statement * 1000)), "lock": str(int(lock * 1000)),
+                                              "idle": str(int(idle * 1000))})
+
     def stretch_idle_timeout(self, seconds: float) -> None:
         """Let this transaction stay idle up to ``seconds`` (a lookahead stretched for a big instant)."""
         self._one(self.q.stretch_idle_timeout, {"ms": str(int(seconds * 1000))})

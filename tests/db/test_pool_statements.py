@@ -74,3 +74,17 @@ def test_pool_mode_transaction_leaves_no_session_state(pg_dsn: str, schema: str,
         check_pool_mode(None)
     with pytest.raises(ConfigError, match="runledger_pool_mode"):
         check_pool_mode("sessions")
+
+
+def test_a_claims_transaction_sets_its_own_timeouts_in_pool_mode_transaction(pg_dsn: str, schema: str) -> None:
+    from runledger_beat.db.beat_store import BeatStore
+
+    with connect(pg_dsn, schema, pool_mode="transaction") as conn:
+        store = BeatStore(conn)
+        store.set_local_timeouts(30, 5, 7)
+        shown = [conn.execute(f"SHOW {name}").fetchone()[name]
+                 for name in ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")]
+        assert shown == ["30s", "5s", "7s"]
+        conn.commit()  # local to the transaction: nothing stays on the server connection for its next client
+        assert conn.execute("SHOW lock_timeout").fetchone()["lock_timeout"] != "5s"
+        conn.rollback()

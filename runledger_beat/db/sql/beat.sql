@@ -7,6 +7,12 @@
 -- Beat's own cursor moves must not wake the other beats; also reads the database clock.
 SELECT set_config('runledger.internal', 'on', true), clock_timestamp() AS db_clock;
 
+-- set_local_timeouts --
+-- Behind a transaction pooler a connection carries no session settings: a claims transaction sets its statement,
+-- lock and idle-in-transaction timeouts for itself (milliseconds), so a frozen beat still lets go of its rows.
+SELECT set_config('statement_timeout', %(statement)s, true), set_config('lock_timeout', %(lock)s, true),
+       set_config('idle_in_transaction_session_timeout', %(idle)s, true);
+
 -- stretch_idle_timeout --
 -- A prepared transaction stretched for a big instant stays idle longer than the connection's lookahead-based
 -- idle_in_transaction_session_timeout allows: raise it for this transaction only (milliseconds).
