@@ -24,7 +24,7 @@ from ..support.services import wait_for
 pytestmark = pytest.mark.slow
 
 SCHEDULES = 4
-BEFORE = 3  # seconds of fires before the promotion
+BEFORE = 2  # seconds of fires before the promotion
 AFTER = 5   # seconds of fires judged once they resumed
 RESUME_WITHIN = 20.0
 
