@@ -4,7 +4,8 @@ BENCH_SCHEDULER picks what needs configuring: ``runledger`` (default),
 ``persistent`` (Celery's PersistentScheduler, with BENCH_N crontab entries due at
 BENCH_DUE_HOUR:BENCH_DUE_MINUTE UTC), ``redbeat`` or ``django`` (entries made by
 the benchmark itself). BENCH_EXTRA is JSON merged into app.conf. BENCH_RECEIVER=1
-connects a before_task_publish receiver, as a tracing library would.
+connects a before_task_publish receiver, as a tracing library would. BENCH_HOOK=1
+installs the worker-side ledger hook.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ if os.environ.get("BENCH_SCHEDULER") == "persistent":
     _due = crontab(minute=os.environ["BENCH_DUE_MINUTE"], hour=os.environ["BENCH_DUE_HOUR"])
     app.conf.beat_schedule = {f"s{i}": {"task": "bench.noop", "schedule": _due}
                               for i in range(int(os.environ["BENCH_N"]))}
+
+
+if os.environ.get("BENCH_HOOK") == "1":
+    import runledger_beat
+
+    runledger_beat.install(app)
 
 
 if os.environ.get("BENCH_RECEIVER") == "1":

@@ -2,9 +2,10 @@
 
 Every function takes either a DSN string (a connection is opened on ``schema``,
 committed and closed; without ``schema``, on the schema the DSN names with
-``options=-c runledger.schema=<name>``, else "runledger") or the caller's own psycopg connection, which must have
-its search_path on the runledger schema (``runledger_beat.db.connect`` does
-that). On a caller's connection the work runs inside the caller's transaction
+``options=-c runledger.schema=<name>``, else "runledger") or the caller's own psycopg connection: one opened with
+``runledger_beat.db.connect`` (its statements then name the schema, so it works
+behind a transaction-mode pooler too), or any other whose search_path is on the
+runledger schema. On a caller's connection the work runs inside the caller's transaction
 and is never committed here (an autocommit connection gets one transaction per
 call). Invalid input raises ``ScheduleError(field, reason)`` before anything
 is written: every definition goes through ``spec.ScheduleSpec``, every

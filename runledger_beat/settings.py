@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
 
-from .db.connect import DEFAULT_SCHEMA, check_schema_name, schema_of
+from .db.connect import DEFAULT_SCHEMA, check_dsn, check_pool_mode, check_schema_name, schema_of
 from .db.redaction import hide_dsn_settings
 from .errors import ConfigError
 from .extras import require
@@ -43,6 +43,8 @@ class Settings:
     batch_size: int
     auto_migrate: bool
     listen: bool
+    listen_dsn: str | None  # LISTEN over this (direct) connection; None: the DSN's, unless pooled
+    pool_mode: str  # "session" or "transaction" (a transaction-mode pooler: no prepared statements, no LISTEN)
     poll_interval: float
     recovery_grace: float
     defer_seconds: float
@@ -58,6 +60,18 @@ class Settings:
     metrics_port: int | None
     metrics_host: str
     signed: bool  # runledger_signing_key is set (the key itself stays in app.conf, never here)
+
+    @property
+    def listens(self) -> bool:
+        """Whether beats LISTEN for schedule changes (else they poll every poll_interval): listening is on and
+        there is a connection that keeps a session (runledger_listen_dsn, or the DSN outside pool mode
+        "transaction")."""
+        return self.listen and (self.pool_mode != "transaction" or self.listen_dsn is not None)
+
+    @property
+    def pooled(self) -> bool:
+        """Whether a transaction-mode pooler stands between beat and Postgres (runledger_pool_mode)."""
+        return self.pool_mode == "transaction"
 
 
 # ---------------------------------------------------------------------------
@@ -126,6 +140,18 @@ def _signed(value: Any, key: str, conf: Any) -> bool:
     return key_from(conf) is not None  # checks the key, from the setting or the environment
 
 
+def _pool_mode(value: Any, key: str, conf: Any) -> str:
+    return check_pool_mode(value, key)
+
+
+def _listen_dsn(value: Any, key: str, conf: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a DSN string, got a {type(value).__name__}")
+    return check_dsn(value)
+
+
 def _host(value: Any, key: str, conf: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{key}: expected a host name or address, got {value!r}")
@@ -157,6 +183,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("batch_size", 1000, _number(int, 1)),
     Setting("auto_migrate", True, _flag),
     Setting("listen", True, _flag),
+    Setting("listen_dsn", None, _listen_dsn),  # None: LISTEN on runledger_dsn (none in pool mode "transaction")
+    Setting("pool_mode", None, _pool_mode),  # None: env RUNLEDGER_POOL_MODE, else "session"
     Setting("poll_interval", 1.0, _number(float, 0.05)),
     Setting("recovery_grace", 30.0, _number(float, 1)),
     Setting("defer_seconds", 30.0, _number(float, 1)),

@@ -7,7 +7,12 @@ Enable with one line in the Celery app module::
 Only messages carrying the ``runledger_id`` header (those beat publishes) are
 tracked; every event is one cheap UPDATE on one connection per worker process,
 opened lazily (after fork) and reopened after an error. A database problem is
-logged and never fails the task.
+logged and never fails the task. A lost connection, a read-only node (SQLSTATE
+25006, a demoted primary) or an administrator's shutdown drops the connection and
+the next attempt waits a back-off, then reconnects to whichever host of a
+multi-host DSN (``target_session_attrs=read-write``) is primary now. With
+``runledger_pool_mode`` (or RUNLEDGER_POOL_MODE) "transaction" the connection
+prepares no statements (a transaction-mode pooler).
 
 A message acts on a ledger row only when its task id equals the row id and the
 ``runledger_id`` header, and its task name equals the row's ``job_type`` (in
@@ -39,7 +44,8 @@ from typing import Any
 import psycopg
 
 from . import signing
-from .db.connect import connect, schema_of
+from .backoff import Backoff
+from .db.connect import check_pool_mode, connect, schema_of
 from .db.redaction import safe_error
 from .db.worker_store import WorkerStore
 from .errors import ConfigError
@@ -66,6 +72,7 @@ class _Ledger:
         self._inherited: list[Any] = []  # connections of the parent, never closed here
         self._next_report = 0.0
         self._warned = False  # this process said once that a message was left off the ledger
+        self.backoff = Backoff("the ledger database (worker)", first=0.5, cap=5.0)
 
     def reset_after_fork(self) -> None:
         # The parent's socket must not be closed (that would end its session), so keep
@@ -87,13 +94,16 @@ class _Ledger:
         if not dsn:
             return None
         schema = schema_of(dsn, conf.get("runledger_schema") or None)
-        self.conn = connect(dsn, schema, autocommit=True, application_name="runledger_worker")
+        self.conn = connect(dsn, schema, autocommit=True, application_name="runledger_worker",
+                            pool_mode=check_pool_mode(conf.get("runledger_pool_mode")))
         return self.conn
 
     def run(self, step: Callable[[WorkerStore], Any]) -> Any:
         """Run ``step`` on the store; None when no DSN is set; on error log, drop the connection, raise
-        _LedgerUnavailable."""
+        _LedgerUnavailable (at once, without trying, while the database is in back-off after losing it)."""
         with self.lock:
+            if self.backoff.active:
+                raise _LedgerUnavailable()
             try:
                 conn = self._connection()
                 if conn is None:
@@ -102,10 +112,15 @@ class _Ledger:
                 if time.monotonic() >= self._next_report:
                     store.worker_seen(f"{socket.gethostname()}/{os.getpid()}", os.getpid())
                     self._next_report = time.monotonic() + REPORT_EVERY
-                return step(store)
+                done = step(store)
+                self.backoff.succeeded()
+                return done
             except Exception as exc:
-                log.warning("runledger: ledger update failed (the task is unaffected): %s",
-                            safe_error(exc, dsn_from(self.app.conf)))
+                error = safe_error(exc, dsn_from(self.app.conf))
+                if _connection_lost(exc):  # the next attempt waits, then reconnects (to the primary now)
+                    self.backoff.failed(error)
+                else:
+                    log.warning("runledger: ledger update failed (the task is unaffected): %s", error)
                 self._drop()
                 raise _LedgerUnavailable() from exc
 
@@ -138,6 +153,13 @@ class _Ledger:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection is gone or points at a node that cannot write any more: a lost
+    connection, an administrator's shutdown (OperationalError), a read-only node (SQLSTATE 25006)."""
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError,
+                            psycopg.errors.ReadOnlySqlTransaction))
 
 
 class _LedgerUnavailable(Exception):

@@ -49,7 +49,7 @@ class BeatConnections:
             return
         self.close()
         dsn, schema = self.settings.dsn, self.settings.schema
-        timeouts = self.timeouts()
+        timeouts = dict(self.timeouts(), pool_mode=self.settings.pool_mode)
         try:
             # The claim statement nulls and names out-of-range instants itself: psycopg's fast C loaders suffice.
             self._claims = connect(dsn, schema, application_name="runledger_beat", safe_timestamps=False, **timeouts)

@@ -2,7 +2,9 @@
 
 A dropped connection is reopened at the next wait (at most every
 REOPEN_INTERVAL seconds); a server that refuses LISTEN (a transaction-mode
-pooler) turns listening off for good, with one log line, and beat polls.
+pooler) turns listening off for good, with one log line, and beat polls. In pool
+mode "transaction" the LISTEN connection is runledger_listen_dsn (a direct one),
+and without it there is none: beat polls every runledger_poll_interval.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ class ChangeListener:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.enabled = settings.listen
+        self.enabled = settings.listens
+        self._dsn = settings.listen_dsn or settings.dsn
         self._conn: psycopg.Connection | None = None
         self._next_open = 0.0
         self._outbox = False  # a notification asked for an outbox sweep (backfill, manual trigger)
@@ -46,8 +49,8 @@ class ChangeListener:
             return
         self._next_open = time.monotonic() + REOPEN_INTERVAL
         try:
-            conn = connect(self.settings.dsn, self.settings.schema, autocommit=True,
-                           application_name="runledger_beat.listen")
+            conn = connect(self._dsn, self.settings.schema, autocommit=True,
+                           application_name="runledger_beat.listen", pool_mode="session")
             BeatStore(conn).listen()
             self._conn = conn
         except psycopg.OperationalError:
@@ -56,7 +59,7 @@ class ChangeListener:
             self._conn = None
             self.enabled = False
             log.warning("runledger: LISTEN unavailable (%s); polling every %ss",
-                        safe_error(exc, self.settings.dsn), self.settings.poll_interval)
+                        safe_error(exc, self._dsn), self.settings.poll_interval)
 
     def wait(self, timeout: float) -> bool:
         """Block up to ``timeout`` s; True if schedules changed (or the connection dropped: look again)."""

@@ -168,8 +168,10 @@ class Outbox:
 
     def _hold_publishing(self) -> None:
         """Take the publishing lock, unless held already: at the commit, then before each chunk, since a sweep in
-        progress at the commit keeps it for its transaction (that sweep takes only rows older than the instant's)."""
-        if not self._publishing_held:
+        progress at the commit keeps it for its transaction (that sweep takes only rows older than the instant's).
+        Not in pool mode "transaction": the lock is a session's, and a transaction pooler would leave it on
+        whichever server process took it; the recovery grace alone then keeps sweeps off the instant's rows."""
+        if not self._publishing_held and not self.settings.pooled:
             with contextlib.suppress(psycopg.Error):  # without the ledger, publishing goes on: marks will fail anyway
                 self._publishing_held = self.connections.ledger.hold_publishing()
 
@@ -266,7 +268,8 @@ class Outbox:
         log.info("runledger: sending %d fire(s)%s%s", len(outgoing), names, late)
 
     def settle(self, wait: bool = True, timeout: float = CONFIRM_TIMEOUT) -> None:
-        """Mark sent what the broker confirmed; keep failed fires pending (and in memory on an outage).
+        """Mark sent what the broker confirmed (marks a lost connection stopped are kept for the next settle); keep
+        failed fires pending (and in memory on an outage).
 
         While fires are still in flight the marks wait (without ``wait``): the UPDATEs would take the
         database's share of the machine from the broker mid-burst. They are made once nothing is in flight,
@@ -285,7 +288,14 @@ class Outbox:
         if len(self._to_mark) and not self._holding_marks and (wait or not self.dispatcher.in_flight()):
             to_mark, self._to_mark = self._to_mark, PackedIds()
             for start in range(0, len(to_mark), MARK_CHUNK):
-                self.connections.ledger.mark_sent(to_mark.slice(start, start + MARK_CHUNK))
+                try:
+                    self.connections.ledger.mark_sent(to_mark.slice(start, start + MARK_CHUNK))
+                except psycopg.Error:
+                    # The connection is lost (or its node turned read-only): the marks not made are kept and made
+                    # once beat is connected again (to the new primary after a failover), well within the grace
+                    # after which another beat's recovery sweep would take the confirmed fires for unpublished.
+                    self._to_mark.extend(to_mark.slice(start, len(to_mark)))
+                    raise
         if result.error is not None:
             self.broker_backoff.failed(safe_error(result.error))
         elif result.sent:

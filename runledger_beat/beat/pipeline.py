@@ -142,7 +142,7 @@ class FirePipeline:
         """Seconds to sleep: until the next held fire, the prepared commit, or the next cursor."""
         preparer, outbox = self.preparer, self.outbox
         cap = self.max_wait
-        if not self.settings.listen:
+        if not self.settings.listens:
             cap = min(cap, self.settings.poll_interval)
         if outbox.broker_backoff.active and outbox.backlog:
             cap = min(cap, max(0.0, outbox.broker_backoff.until - time.monotonic()))

@@ -126,6 +126,10 @@ class Preparer:
         prepared, claims = self.prepared, self.connections.claims
         lookahead = self.lead  # never below runledger_lookahead (see seconds_until_due)
         held_back = False
+        if prepared is None and self.settings.pooled:  # a new transaction, on a connection without timeouts
+            t = self.connections.timeouts()
+            claims.set_local_timeouts(t["statement_timeout"], t["lock_timeout"],
+                                      t["idle_in_transaction_session_timeout"])
         if prepared is None and lookahead > 0:
             held_back = self.held_back()
             if held_back or not claims.try_prepare_lock():

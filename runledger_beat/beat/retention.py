@@ -66,7 +66,7 @@ class RetentionDrops:
         dsn, schema = self.settings.dsn, self.settings.schema
         try:
             with connect(dsn, schema, autocommit=True, application_name="runledger_beat.retention",
-                         **self._timeouts) as conn:
+                         pool_mode=self.settings.pool_mode, **self._timeouts) as conn:
                 done = BeatStore(conn).maintain_ledger(self.settings.retention)
         except psycopg.errors.InsufficientPrivilege:
             return  # the loop's partition maintenance already said so, with the GRANT to add

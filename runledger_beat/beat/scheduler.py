@@ -49,7 +49,7 @@ class Scheduler(beat.Scheduler):
         try:
             self.settings = load(self.app.conf)
             with connect(self.settings.dsn, self.settings.schema, autocommit=True,
-                         application_name="runledger_beat.setup") as conn:
+                         application_name="runledger_beat.setup", pool_mode=self.settings.pool_mode) as conn:
                 self._prepare_schema(conn)
                 if self.settings.import_beat_schedule:
                     self._import_beat_schedule(conn)

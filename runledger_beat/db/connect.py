@@ -2,8 +2,9 @@
 
 Every connection from ``connect()`` gets:
 
-- ``search_path`` set to the runledger schema alone (then ``pg_temp``), so the SQL in
-  sql/ stays unqualified. ``pg_catalog`` is then searched *first*, implicitly (PostgreSQL
+- ``search_path`` set to the runledger schema alone (then ``pg_temp``), for the caller's own
+  SQL on the connection (the stores qualify every name themselves: see queries.for_schema).
+  ``pg_catalog`` is then searched *first*, implicitly (PostgreSQL
   does so whenever it is not named in the path), so no object in the runledger schema
   or in ``public`` can shadow a built-in; ``public`` is not searched at all. Naming
   ``pg_catalog`` explicitly first would do the same lookups but turn
@@ -16,11 +17,18 @@ Every connection from ``connect()`` gets:
   ``idle_in_transaction_session_timeout`` (seconds; set with ``set_config`` after
   connecting, which works behind PgBouncer too, unlike startup ``options``).
 - the never-raising loaders of ``loaders.py``.
+
+``pool_mode`` "transaction" (a transaction-mode pooler such as PgBouncer between here and Postgres; the default
+comes from the RUNLEDGER_POOL_MODE environment variable, else "session") turns off psycopg's server-side prepared
+statements, which such a pooler cannot route, and leaves out every session-level SET (search_path, timeouts): it
+would reach one server connection only and stay there for other clients.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import weakref
 from contextvars import ContextVar
 
 import psycopg
@@ -34,6 +42,11 @@ from .redaction import safe_error
 DEFAULT_SCHEMA = "runledger"
 #: The application_name of connections opened without one (the CLI sets its own; the audit log shows it).
 APPLICATION_NAME: ContextVar[str] = ContextVar("runledger_application_name", default="runledger_beat")
+#: The pool modes: "session" (a direct connection or a session pooler) and "transaction" (a transaction pooler).
+POOL_MODES = ("session", "transaction")
+#: The environment variable the CLI, the API and the worker hook read the pool mode from.
+POOL_MODE_ENV = "RUNLEDGER_POOL_MODE"
+_SCHEMAS: weakref.WeakKeyDictionary[psycopg.Connection, str] = weakref.WeakKeyDictionary()
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 #: Always on, unless the DSN sets them: notice a dead peer within seconds.
@@ -71,6 +84,21 @@ def schema_of(dsn: str, schema: str | None = None) -> str:
         return check_schema_name(named[-1])
     except ConfigError:
         raise ConfigError(f"dsn: option {SCHEMA_OPTION}: {named[-1]!r} is not a plain SQL identifier") from None
+
+
+def check_pool_mode(mode: str | None, name: str = "runledger_pool_mode") -> str:
+    """The pool mode to use: ``mode``, else RUNLEDGER_POOL_MODE, else "session"; ConfigError naming ``name`` when
+    it is not one of POOL_MODES."""
+    if mode is None:
+        mode, name = os.environ.get(POOL_MODE_ENV) or "session", POOL_MODE_ENV
+    if mode not in POOL_MODES:
+        raise ConfigError(f"{name}: expected one of {', '.join(POOL_MODES)}, got {mode!r}")
+    return mode
+
+
+def connection_schema(conn: psycopg.Connection) -> str | None:
+    """The schema ``connect()`` opened ``conn`` for; None for a connection opened elsewhere."""
+    return _SCHEMAS.get(conn)
 
 
 def check_dsn(dsn: str) -> str:
@@ -113,21 +141,27 @@ def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, autocommit: bool = False,
             connect_timeout: int = 5, application_name: str | None = None,
             statement_timeout: float | None = None, lock_timeout: float | None = None,
             idle_in_transaction_session_timeout: float | None = None,
-            safe_timestamps: bool = True) -> psycopg.Connection:
-    """Open a connection with dict rows, safe loaders, keepalives, timeouts and search_path set to ``schema``.
+            safe_timestamps: bool = True, pool_mode: str | None = None) -> psycopg.Connection:
+    """Open a connection with dict rows, safe loaders, keepalives, timeouts and search_path set to ``schema``
+    (in pool mode "transaction": no prepared statements, no session settings; see the module docstring).
 
     ``application_name`` defaults to the APPLICATION_NAME context variable ("runledger_beat").
     """
     check_schema_name(schema)
+    pooled = check_pool_mode(pool_mode) == "transaction"
     timeouts = _timeouts(statement_timeout=statement_timeout, lock_timeout=lock_timeout,
                          idle_in_transaction_session_timeout=idle_in_transaction_session_timeout)
     conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=connect_timeout,
                            application_name=application_name or APPLICATION_NAME.get(), **_keepalives(dsn))
     try:
         register_safe_loaders(conn, timestamps=safe_timestamps)
-        set_search_path(conn, schema)
-        for name, milliseconds in timeouts.items():
-            conn.execute("SELECT set_config(%s, %s, false)", (name, milliseconds))
+        if pooled:
+            conn.prepare_threshold = None
+        else:
+            set_search_path(conn, schema)
+            for name, milliseconds in timeouts.items():
+                conn.execute("SELECT set_config(%s, %s, false)", (name, milliseconds))
+        _SCHEMAS[conn] = schema
         conn.autocommit = autocommit
     except BaseException:
         conn.close()

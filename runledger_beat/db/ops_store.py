@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from . import queries
 from .store import Store
 
 
@@ -17,68 +16,72 @@ class OpsStore(Store):
 
     def ledger_partitions(self) -> list[dict]:
         """The ledger's partitions (name, holds, rows_estimate, bytes), oldest first, the default last."""
-        return self._all(queries.ledger_partitions)
+        return self._all(self.q.ledger_partitions)
 
     def beats(self) -> list[dict]:
         """Every beat's row with ``age_seconds`` since its last tick, freshest first."""
-        return self._all(queries.beats_list)
+        return self._all(self.q.beats_list)
 
     def freshest_beat(self, host: str | None = None) -> dict:
         """{"beats": how many rows (of ``host`` only, when given), "age_seconds": since the freshest tick,
         None when there is none}."""
-        return self._one(queries.beats_freshest, {"host": host})
+        return self._one(self.q.beats_freshest, {"host": host})
 
     def last_fires(self) -> dict[uuid.UUID, dict]:
         """{schedule id: its latest ledger row's status, stage, scheduled_for, sent_at, lag_seconds}."""
-        return {r["schedule_id"]: r for r in self._all(queries.web_last_fires)}
+        return {r["schedule_id"]: r for r in self._all(self.q.web_last_fires)}
 
     def lag_series(self, schedule_id: Any, limit: int) -> list[dict]:
         """scheduled_for and lag_seconds (sent_at - scheduled_for) of a schedule's last ``limit`` sent fires,
         oldest first."""
-        return self._all(queries.web_lag_series, {"id": schedule_id, "limit": int(limit)})
+        return self._all(self.q.web_lag_series, {"id": schedule_id, "limit": int(limit)})
 
     def faulted_schedules(self) -> list[dict]:
         """Schedules with a fault record (failures, last_error, retry_at, quarantined_at), quarantined first."""
-        return self._all(queries.web_faulted_schedules)
+        return self._all(self.q.web_faulted_schedules)
 
     def failed_jobs(self, limit: int) -> list[dict]:
         """The newest ``limit`` ledger rows with status failed, lost or expired."""
-        return self._all(queries.web_failed_jobs, {"limit": int(limit)})
+        return self._all(self.q.web_failed_jobs, {"limit": int(limit)})
 
     def job_stats(self, name: str | None, since_seconds: float | None) -> list[dict]:
         """Per schedule: counts by status and lag percentiles."""
-        return self._all(queries.job_stats, {"name": name, "since": since_seconds})
+        return self._all(self.q.job_stats, {"name": name, "since": since_seconds})
 
     def doctor_schema(self, schema: str) -> dict:
         """{"present", "usage", "migrations_table"} of ``schema`` for this role."""
-        return self._one(queries.doctor_schema, {"schema": schema})
+        return self._one(self.q.doctor_schema, {"schema": schema})
 
     def applied_migrations(self) -> list[int]:
         """Versions recorded in schema_migrations."""
-        return [r["version"] for r in self._all(queries.applied_migrations)]
+        return [r["version"] for r in self._all(self.q.applied_migrations)]
 
     def table_privileges(self, schema: str, tables: Sequence[str]) -> list[dict]:
         """Per table: present, can_select, can_insert, can_update, can_delete (None when absent)."""
-        return self._all(queries.doctor_privileges, {"schema": schema, "tables": list(tables)})
+        return self._all(self.q.doctor_privileges, {"schema": schema, "tables": list(tables)})
 
     def function_privileges(self, schema: str, signatures: Sequence[str]) -> list[dict]:
         """Per function signature: present, can_execute (None when absent)."""
-        return self._all(queries.doctor_functions, {"schema": schema, "signatures": list(signatures)})
+        return self._all(self.q.doctor_functions, {"schema": schema, "signatures": list(signatures)})
 
     def db_clock(self) -> datetime:
         """The database's clock_timestamp()."""
-        return self._one(queries.doctor_clock)["now"]
+        return self._one(self.q.doctor_clock)["now"]
 
     def listen_round_trip(self, timeout: float) -> bool:
         """LISTEN, NOTIFY ourselves, and whether the notification arrived within ``timeout`` s (autocommit)."""
         token = uuid.uuid4().hex
-        self.conn.execute(queries.doctor_listen)
+        self.conn.execute(self.q.doctor_listen)
         try:
-            self.conn.execute(queries.doctor_notify, {"token": token})
+            self.conn.execute(self.q.doctor_notify, {"token": token})
             return any(n.payload == token for n in self.conn.notifies(timeout=timeout, stop_after=1))
         finally:
-            self.conn.execute(queries.doctor_unlisten)
+            self.conn.execute(self.q.doctor_unlisten)
 
     def recent_start(self) -> datetime | None:
         """The latest started_at within the last hour (a worker hook at work), else None."""
-        return self._one(queries.doctor_recent_start)["started_at"]
+        return self._one(self.q.doctor_recent_start)["started_at"]
+
+    def backend_pid(self) -> int:
+        """The server process the current transaction runs on."""
+        return int(self._one(self.q.doctor_backend)["pid"])

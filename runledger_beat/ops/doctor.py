@@ -1,6 +1,7 @@
 """`runledger-beat doctor`: check that beat can work here, one verdict line per check.
 
-Checks, in order: the database answers; the schema and its migrations
+Checks, in order: the database answers; whether a transaction-mode pooler
+stands in front of it and the pool mode matches (pooling.py); the schema and its migrations
 (applied vs shipped); the role's privileges on the tables, and on the functions
 beat calls; clock skew between this host and the database; LISTEN/NOTIFY round
 trip; beats alive; a worker hook seen lately (a ledger row started within the
@@ -22,6 +23,8 @@ from ..db.connect import connect
 from ..db.migrate import migration_files
 from ..db.ops_store import OpsStore
 from ..db.redaction import redact_dsn, safe_error
+from ..errors import ConfigError
+from .pooling import pool_check
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 #: Clock skew above this many seconds is worth a warning.
@@ -61,6 +64,7 @@ def diagnose(dsn: str, schema: str, app: Any = None) -> list[Check]:
             checks.append(Check("database", OK, f"connected to {redact_dsn(dsn)} "
                                 f"(PostgreSQL {conn.info.server_version // 10000}, role {conn.info.user})"))
             store = OpsStore(conn)
+            _run(checks, "pool mode", lambda: _pool_mode(dsn, schema, app))
             _run(checks, "migrations", lambda: _migrations(store, schema))
             usable = _schema_usable(store, schema)
             for name, step in (("privileges", lambda: _privileges(store, schema)),
@@ -85,6 +89,13 @@ def _run(checks: list[Check], name: str, step: Callable[[], tuple[str, str]]) ->
         verdict, detail = FAIL, safe_error(exc)
     checks.append(Check(name, verdict, detail))
     return verdict != FAIL
+
+
+def _pool_mode(dsn: str, schema: str, app: Any) -> tuple[str, str]:
+    try:
+        return pool_check(dsn, schema, app)
+    except ConfigError as exc:
+        return FAIL, str(exc)
 
 
 def _schema_usable(store: OpsStore, schema: str) -> bool:
@@ -165,7 +176,7 @@ def _listen(store: OpsStore) -> tuple[str, str]:
     if store.listen_round_trip(LISTEN_TIMEOUT):
         return OK, "LISTEN/NOTIFY round trip works (beats wake at once on schedule changes)"
     return WARN, (f"a NOTIFY did not come back within {LISTEN_TIMEOUT:g}s (a transaction-mode pooler?); "
-                  "set runledger_listen = False so beats poll")
+                  "set runledger_listen_dsn to a direct connection, or beats poll every runledger_poll_interval")
 
 
 def _beats(store: OpsStore) -> tuple[str, str]:

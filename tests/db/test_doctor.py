@@ -48,8 +48,8 @@ def test_doctor_healthy_setup_is_all_ok(capsys, pg_dsn, schema, alive):
     lines = out.splitlines()
     assert [line.split()[0] for line in lines] == ["ok"] * 10, out
     assert [line.split(":")[0].split(None, 1)[1] for line in lines] == [
-        "database", "migrations", "privileges", "functions", "clock", "listen", "beats", "worker hook", "broker",
-        "beat_schedule"]
+        "database", "pool mode", "migrations", "privileges", "functions", "clock", "listen", "beats", "worker hook",
+        "broker", "beat_schedule"]
     code, out, _ = run(capsys, "--dsn", pg_dsn, "--schema", schema, "doctor", "--app", "tests.support.doctor_apps:good",
                        "--json")
     assert code == 0 and json.loads(out)["ok"] is True and set(verdicts(out).values()) == {"ok"}

@@ -3,7 +3,8 @@
 Configured from the environment so each test gets its own schema and queue:
 RL_BROKER_URL, RUNLEDGER_DSN, RL_SCHEMA, RL_QUEUE and optional RL_EXTRA (JSON
 merged into app.conf). Tasks write each execution to the `executions` table of
-the test schema, so tests count real executions in SQL.
+the test schema, so tests count real executions in SQL (over RL_RECORD_DSN when
+set: a direct connection while the app's own goes through a pooler).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ _conn: psycopg.Connection | None = None
 def _db() -> psycopg.Connection:
     global _conn
     if _conn is None or _conn.closed:
-        _conn = psycopg.connect(os.environ["RUNLEDGER_DSN"], autocommit=True)
+        _conn = psycopg.connect(os.environ.get("RL_RECORD_DSN") or os.environ["RUNLEDGER_DSN"], autocommit=True)
         _conn.execute(f'SET search_path TO "{os.environ["RL_SCHEMA"]}"')
     return _conn
 

@@ -1,11 +1,17 @@
 -- What a beat runs: claim, record and advance (beat/claim.py), publish and settle the outbox, sweep and
 -- keep house (beat/*.py), and the testing helper's pass at a chosen clock (testing.py), through db.beat_store.
 -- Each statement: a `-- name --` line, a line saying what it is for, then the SQL; Python runs it as
--- queries.NAME. All run with search_path set to the runledger schema.
+-- queries.NAME; the stores run them with every runledger name schema-qualified (queries.for_schema).
 
 -- mark_internal --
 -- Beat's own cursor moves must not wake the other beats; also reads the database clock.
 SELECT set_config('runledger.internal', 'on', true), clock_timestamp() AS db_clock;
+
+-- set_local_timeouts --
+-- Behind a transaction pooler a connection carries no session settings: a claims transaction sets its statement,
+-- lock and idle-in-transaction timeouts for itself (milliseconds), so a frozen beat still lets go of its rows.
+SELECT set_config('statement_timeout', %(statement)s, true), set_config('lock_timeout', %(lock)s, true),
+       set_config('idle_in_transaction_session_timeout', %(idle)s, true);
 
 -- stretch_idle_timeout --
 -- A prepared transaction stretched for a big instant stays idle longer than the connection's lookahead-based

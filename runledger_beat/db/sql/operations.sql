@@ -1,7 +1,7 @@
 -- Operator surfaces (ops/*.py and the command line, through db.ops_store): partitions, beats, health,
 -- doctor checks, the dashboard's reads and per-schedule stats.
 -- Each statement: a `-- name --` line, a line saying what it is for, then the SQL; Python runs it as
--- queries.NAME. All run with search_path set to the runledger schema.
+-- queries.NAME; the stores run them with every runledger name schema-qualified (queries.for_schema).
 
 -- ledger_partitions --
 -- The ledger's partitions: name, the range it holds, estimated rows and bytes on disk, oldest first.
@@ -128,3 +128,7 @@ UNLISTEN runledger_doctor;
 -- doctor_recent_start --
 -- runledger-beat doctor: the latest run a worker hook reported started within the last hour (NULL: none).
 SELECT max(started_at) AS started_at FROM jobs WHERE started_at >= now() - interval '1 hour';
+
+-- doctor_backend --
+-- runledger-beat doctor: the server process this transaction runs on (a transaction pooler moves a session).
+SELECT pg_backend_pid() AS pid;

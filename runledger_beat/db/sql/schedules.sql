@@ -2,7 +2,7 @@
 -- write them (api.py, importer.py, through db.schedule_store): definitions, pause notes, manual triggers,
 -- backfill, calendars, history and the audit log.
 -- Each statement: a `-- name --` line, a line saying what it is for, then the SQL; Python runs it as
--- queries.NAME. All run with search_path set to the runledger schema.
+-- queries.NAME; the stores run them with every runledger name schema-qualified (queries.for_schema).
 
 -- api_db_now --
 -- The database clock, which judges due-ness; API cursors are computed from it.

@@ -1,6 +1,6 @@
 -- What the worker hook runs (worker.py, through db.worker_store): one statement per task event.
 -- Each statement: a `-- name --` line, a line saying what it is for, then the SQL; Python runs it as
--- queries.NAME. All run with search_path set to the runledger schema.
+-- queries.NAME; the stores run them with every runledger name schema-qualified (queries.for_schema).
 
 -- worker_claim_job --
 -- A worker starts a run: atomically move a not-yet-started ledger row to started (the duplicate guard). A row marked
