@@ -46,7 +46,7 @@ def test_doctor_healthy_setup_is_all_ok(capsys, pg_dsn, schema, alive):
                          "tests.support.doctor_apps:good")
     assert code == 0, out + err
     lines = out.splitlines()
-    assert [line.split()[0] for line in lines] == ["ok"] * 10, out
+    assert [line.split()[0] for line in lines] == ["ok"] * 11, out
     assert [line.split(":")[0].split(None, 1)[1] for line in lines] == [
         "database", "pool mode", "migrations", "privileges", "functions", "clock", "listen", "beats", "worker hook",
         "broker", "beat_schedule"]
