@@ -39,7 +39,6 @@ def _queued_ids(broker: str, queue: str) -> list[str]:
     return ids
 
 
-@pytest.mark.serial
 @pytest.mark.parametrize("old_primary", ["stopped", "read-only"])
 def test_beats_follow_a_promoted_synchronous_standby(amqp_url, old_primary):
     pair = StandbyPair()
