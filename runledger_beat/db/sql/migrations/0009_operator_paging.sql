@@ -12,7 +12,8 @@
 --   * A schedule's page reads its latest ledger rows by schedule_id (jobs_schedule_history_idx); the rows of
 --     a removed schedule (schedule_id set to NULL) are found by name through a partial index that holds
 --     only such rows, so the ledger's insert path does not pay for it.
---   * The problems page reads the newest failed, lost and expired rows through a partial index of those rows.
+--   * The problems page reads the newest failed, lost and expired rows through a partial index of those rows, and
+--     the first faulted schedules in its order (quarantined first) through an index on schedule_faults.
 -- Runs with search_path set to the runledger schema; names are unqualified.
 
 DO $$
@@ -42,3 +43,4 @@ END $$;
 
 CREATE INDEX jobs_removed_schedule_idx ON jobs (schedule_name, created_at DESC) WHERE schedule_id IS NULL;
 CREATE INDEX jobs_problem_idx ON jobs (created_at DESC) WHERE status IN ('failed', 'lost', 'expired');
+CREATE INDEX schedule_faults_problems_idx ON schedule_faults (quarantined_at DESC NULLS LAST, failed_at DESC);
