@@ -239,3 +239,27 @@ def test_stats_go_a_page_of_names_at_a_time(db):
     assert [(i["name"], i["counts"]) for i in items] == [("d", {"success": 3})] and after is None
     with pytest.raises(ScheduleError):
         stats_page(db, limit=1001)
+
+
+def test_migration_indexes_every_partition_of_a_ledger_with_history(pg_dsn, bare_schema):
+    with connect(pg_dsn, "public", autocommit=False) as conn:
+        migrate(conn, bare_schema, until=8)
+    with connect(pg_dsn, bare_schema, autocommit=True) as db:
+        db.execute("SELECT count(*) FROM runledger_maintain_ledger_as_of(NULL, 7, now() - interval '12 days')")
+        db.execute("INSERT INTO jobs (id, schedule_name, scheduled_for, job_type, payload, stage, status)"
+                   " SELECT gen_random_uuid(), 'gone', now() - make_interval(days => d), 't.x', '{}', 'manual',"
+                   " CASE WHEN d % 2 = 0 THEN 'failed' ELSE 'success' END FROM generate_series(0, 11) AS d")
+    with connect(pg_dsn, "public", autocommit=False) as conn:
+        assert migrate(conn, bare_schema) == ["0009_operator_paging.sql"]
+    with connect(pg_dsn, bare_schema, autocommit=True) as db:
+        parts = db.execute("SELECT count(*) AS n FROM pg_inherits WHERE inhparent = 'jobs'::regclass").fetchone()["n"]
+        assert parts >= 14  # twelve days back, a week ahead, the default
+        for index in ("jobs_removed_schedule_idx", "jobs_problem_idx"):
+            row = db.execute("SELECT i.indisvalid AS valid, (SELECT count(*) FROM pg_inherits"
+                             " WHERE inhparent = i.indexrelid) AS attached FROM pg_index i"
+                             " WHERE i.indexrelid = %s::regclass", (index,)).fetchone()
+            assert row["valid"] and row["attached"] == parts, index
+        assert db.execute("SELECT count(*) AS n FROM pg_proc WHERE proname = 'runledger_index_partitions_0009'"
+                          ).fetchone()["n"] == 0
+        assert len(api.history(db, "gone", limit=50)) == 12
+        assert [r["status"] for r in db.execute(queries.web_failed_jobs, {"limit": 100})] == ["failed"] * 6
