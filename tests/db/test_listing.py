@@ -250,7 +250,7 @@ def test_migration_indexes_every_partition_of_a_ledger_with_history(pg_dsn, bare
                    " SELECT gen_random_uuid(), 'gone', now() - make_interval(days => d), 't.x', '{}', 'manual',"
                    " CASE WHEN d % 2 = 0 THEN 'failed' ELSE 'success' END FROM generate_series(0, 11) AS d")
     with connect(pg_dsn, "public", autocommit=False) as conn:
-        assert migrate(conn, bare_schema) == ["0009_operator_paging.sql"]
+        assert migrate(conn, bare_schema, until=9) == ["0009_operator_paging.sql"]
     with connect(pg_dsn, bare_schema, autocommit=True) as db:
         parts = db.execute("SELECT count(*) AS n FROM pg_inherits WHERE inhparent = 'jobs'::regclass").fetchone()["n"]
         assert parts >= 14  # twelve days back, a week ahead, the default

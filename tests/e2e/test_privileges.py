@@ -248,7 +248,7 @@ def test_an_upgrade_keeps_beats_maintenance_and_takes_away_the_rest(pg_dsn):
                     db.execute(sql.SQL(statement).format(schema=sql.Identifier(schema), role=sql.Identifier(role)))
                 assert "PUBLIC" in _callers(db, schema)["runledger_audit_schedules()"]["callers"]
                 with connect(pg_dsn, "public", autocommit=False) as conn:
-                    assert migrate(conn, schema) == ["0008_least_privilege.sql"]
+                    assert migrate(conn, schema, until=8) == ["0008_least_privilege.sql"]
                 assert {fn: set(r["callers"]) for fn, r in _callers(db, schema).items()} == {
                     "runledger_advance_cursors(uuid[],timestamp with time zone[],boolean[])": set(),
                     "runledger_maintain_ledger(interval,integer)": {role},
