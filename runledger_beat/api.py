@@ -72,7 +72,8 @@ from .timing.rows import timing_from_row
 
 __all__ = ["OPTION_KEYS", "OVERLAP_POLICIES", "SOURCES", "TIMING_COLUMNS", "ScheduleError", "add_calendar", "audit",
            "backfill", "create", "get", "list_calendars", "remove_calendar",
-           "history", "list_schedules", "next_fires", "pause", "public", "public_job", "remove", "resume", "save",
+           "history", "list_schedules", "next_fires", "pause", "planned_fires", "public", "public_job", "remove",
+           "resume", "save",
            "trigger", "update", "upsert"]
 
 _UNSET: Any = object()
@@ -360,19 +361,24 @@ def history(conn_or_dsn: Any, name: str, limit: int = 20, status: str | None = N
 
 def next_fires(conn_or_dsn: Any, name: str, count: int = 5, *, schema: str | None = None) -> list[datetime]:
     """The next ``count`` fires of an active schedule from the database clock ([] when paused or unplannable)."""
-    from .timing.engine import fire_times
     with _session(conn_or_dsn, schema, write=False) as store:
         row = _require(store, name)
         now = store.db_now()
-        try:
-            check_row(row)
-            timing = _timing(store, row)
-        except (ScheduleError, ValueError, OverflowError):
-            return []
+        if row.get("calendar"):
+            found = store.calendar(row["calendar"])
+            row = dict(row, calendar_dates=found["dates"] if found else None)
+    return planned_fires(row, now, count)
+
+
+def planned_fires(row: Mapping[str, Any], now: datetime, count: int) -> list[datetime]:
+    """The next ``count`` fires after ``now`` of a stored schedule row, computed here without I/O ([] when paused,
+    quarantined or unplannable). A row with a calendar carries its dates as ``calendar_dates``."""
+    from .timing.engine import fire_times
     if not row["is_active"] or row.get("quarantined_at"):
         return []
     try:
-        return fire_times(timing, now, uuid.UUID(str(row["id"])), count)
+        check_row(row)
+        return fire_times(timing_from_row(row), now, uuid.UUID(str(row["id"])), count)
     except (ScheduleError, ValueError, OverflowError):
         return []
 

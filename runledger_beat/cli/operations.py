@@ -4,7 +4,9 @@ demo. Each takes the parsed arguments and the DSN, prints, and returns the exit 
 from __future__ import annotations
 
 import argparse
+import shlex
 import socket
+import sys
 
 import psycopg
 
@@ -28,11 +30,13 @@ def cmd_migrate(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 def cmd_stats(args: argparse.Namespace, dsn: str) -> int:
-    from ..ops.stats import render, stats
+    from ..ops.stats import render, stats_page
     since = check_seconds("since", args.since) if args.since else None
     with connect(dsn, args.schema, autocommit=True) as conn:
-        items = stats(conn, args.name, since)
+        items, after = stats_page(conn, args.name, since, after=args.after, limit=args.limit)
     emit(args, items, render(items))
+    if after is not None:  # on stderr, so the --json output stays one document
+        print(f"more schedules follow: add --after {shlex.quote(after)}", file=sys.stderr)
     return 0
 
 def cmd_beats(args: argparse.Namespace, dsn: str) -> int:

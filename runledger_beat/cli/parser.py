@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..ops.argtypes import Bounded
+from ..ops.listing import MAX_LIST_ROWS, MAX_PAGE_ROWS, PAGE_ROWS
 from ..timing.limits import MAX_JITTER_SECONDS, MAX_PRIORITY, MIN_PRIORITY
 from ..version import __version__
 from .common import MAX_BACKFILL_SLOTS, MAX_HEALTH_AGE, MAX_HISTORY_ROWS
@@ -134,6 +135,13 @@ def build(commands: Iterable[str]) -> argparse.ArgumentParser:
     _definition_args(p["add"], update=False)
     _definition_args(p["update"], update=True)
     p["list"].add_argument("--task", help="only schedules of this task")
+    p["list"].add_argument("--search", metavar="TEXT",
+                           help="only schedules whose name or task contains TEXT (starts with it where the "
+                                "database has no pg_trgm; see docs/operations.md)")
+    p["list"].add_argument("--after", metavar="NAME", help="start after this name (the next page)")
+    p["list"].add_argument("--limit", type=Bounded(int, 1, MAX_LIST_ROWS), default=PAGE_ROWS, metavar="N",
+                           help=f"at most N schedules, by name, 1..{MAX_LIST_ROWS} (default {PAGE_ROWS}); "
+                                "when more follow, stderr says how to go on")
     for name in ("show", "pause", "resume", "remove", "trigger", "history"):
         p[name].add_argument("name", help="schedule name")
     p["pause"].add_argument("--note", help="why it is paused (kept with when and who until resume)")
@@ -142,6 +150,9 @@ def build(commands: Iterable[str]) -> argparse.ArgumentParser:
     p["history"].add_argument("--status", help="only rows of this status")
     p["stats"].add_argument("name", nargs="?", default=None, help="only this schedule")
     p["stats"].add_argument("--since", metavar="DURATION", help="only fires scheduled within this long ago (1h, 7d)")
+    p["stats"].add_argument("--after", metavar="NAME", help="start after this schedule name (the next page)")
+    p["stats"].add_argument("--limit", type=Bounded(int, 1, MAX_PAGE_ROWS), default=PAGE_ROWS, metavar="N",
+                            help=f"at most N schedules, by name, 1..{MAX_PAGE_ROWS} (default {PAGE_ROWS})")
     p["health"].add_argument("--max-age", type=Bounded(float, 1, MAX_HEALTH_AGE), default=30.0, metavar="SECONDS",
                              help=f"healthy when some beat ticked within this many seconds, 1..{MAX_HEALTH_AGE} "
                                   "(default 30)")

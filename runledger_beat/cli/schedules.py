@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from typing import Any
 
 from .. import api
@@ -33,8 +35,14 @@ def cmd_update(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 def cmd_list(args: argparse.Namespace, dsn: str) -> int:
-    rows = api.list_schedules(dsn, task=args.task, schema=args.schema)
+    from ..ops.listing import MAX_LIST_ROWS, schedule_page
+    with connect(dsn, args.schema, autocommit=True, application_name="runledger_beat.cli") as conn:
+        page = schedule_page(conn, limit=args.limit, after=args.after, q=args.search, task=args.task,
+                             high=MAX_LIST_ROWS)
+    rows = [api.public(r) for r in page.rows]
     emit(args, rows, "\n".join(schedule_line(r) for r in rows) or "no schedules")
+    if page.after is not None:  # on stderr, so the --json output stays one document
+        print(f"more schedules follow: add --after {shlex.quote(page.after)}", file=sys.stderr)
     return 0
 
 def cmd_show(args: argparse.Namespace, dsn: str) -> int:

@@ -1,12 +1,13 @@
 """`runledger-beat web`: the dashboard (Starlette + Jinja2, served by uvicorn).
 
-Pages: ``/`` the schedules (timing in words, zone, state, next three fires,
-last status and the lag of the last fire), ``/schedules/{name}`` one schedule
+Pages: ``/`` the schedules, 100 a page by name with a search box (timing in
+words, zone, state, next three fires, last status and the lag of the last fire;
+see listing.py), ``/schedules/{name}`` one schedule
 (next ten fires, history with duration and worker, an inline SVG plot of the lag
 of its last 100 fires), ``/beats`` the running beats, ``/problems`` quarantined
 or failing schedules and ledger rows that failed, were lost or expired. JSON:
-``GET /api/schedules`` and ``GET /api/schedules/{name}[?limit=N]``, datetimes
-RFC 3339.
+``GET /api/schedules[?limit=N&after=NAME&q=TEXT&task=T]`` (a page, ``Link: rel="next"``
+while more remain) and ``GET /api/schedules/{name}[?limit=N]``, datetimes RFC 3339.
 
 Writes (pause with a note, resume, trigger, backfill) are gated by one shared
 token, env ``RUNLEDGER_WEB_TOKEN`` (at least 16 characters): the JSON API wants
@@ -51,8 +52,9 @@ from ..db.migrate import require_schema
 from ..db.ops_store import OpsStore
 from ..db.redaction import safe_error
 from ..errors import ConfigError, ScheduleError
-from ..spec import MAX_NOTE_LEN, check_count, check_lookup, parse_json
+from ..spec import MAX_NOTE_LEN, check_lookup, parse_json
 from ..timing.formats import format_rfc3339, parse_instant
+from .listing import MAX_PAGE_ROWS, PAGE_ROWS, limit_param, next_fires, next_href, schedule_count, schedule_page
 from .output import jsonable
 from .pages import duration, lag_plot, schedule_path, seconds_words, timing_words
 from .websecurity import TOKEN_ENV, FailureLimiter, Guard, Sessions, check_token, served_hosts
@@ -110,11 +112,7 @@ def safe_next(target: str | None) -> str:
 
 def history_limit(text: str | None) -> int:
     """The ``limit`` query parameter: history rows, 1..MAX_HISTORY_ROWS (default HISTORY_ROWS)."""
-    if text is None:
-        return HISTORY_ROWS
-    if not (text.isascii() and text.isdigit() and len(text) <= 9):
-        raise ScheduleError("limit", f"must be an integer in 1..{MAX_HISTORY_ROWS}, got {text[:20]!r}")
-    return check_count("limit", int(text), 1, MAX_HISTORY_ROWS)
+    return limit_param("limit", text, HISTORY_ROWS, MAX_HISTORY_ROWS)
 
 
 def _api(request: Any) -> bool:
@@ -276,13 +274,21 @@ class Dashboard:
         return gate
 
     def schedules_page(self, request: Any) -> Any:
+        """One page of schedules (``?after=NAME&q=TEXT&task=T&limit=N``) with their next fires and last fire."""
+        params = request.query_params
+        limit = limit_param("limit", params.get("limit"), PAGE_ROWS, MAX_PAGE_ROWS)
         with self.conn() as conn:
-            schedules = api.list_schedules(conn, schema=self.schema)
-            last = {str(k): v for k, v in OpsStore(conn).last_fires().items()}
-            for s in schedules:
-                s["next"] = api.next_fires(conn, s["name"], LIST_FIRES, schema=self.schema)
-                s["last"] = last.get(s["id"])
-        return self.render(request, "overview.html", schedules=schedules)
+            page = schedule_page(conn, limit=limit, after=params.get("after"), q=params.get("q"),
+                                 task=params.get("task"))
+            fires = next_fires(conn, page.rows, LIST_FIRES)
+            last = {str(k): v for k, v in OpsStore(conn).last_fires([r["id"] for r in page.rows]).items()}
+            total, exact = schedule_count(conn)
+        schedules = [api.public(r) for r in page.rows]
+        for s in schedules:
+            s["next"], s["last"] = fires[s["id"]], last.get(s["id"])
+        return self.render(request, "overview.html", schedules=schedules, total=total, exact=exact,
+                           q=page.query.get("q", ""), task=page.query.get("task"), mode=page.mode,
+                           paged=bool(params.get("after")), next_page=next_href("/", page, limit))
 
     def schedule_page(self, request: Any) -> Any:
         name = check_lookup("name", request.path_params["name"])
@@ -303,18 +309,26 @@ class Dashboard:
     def problems_page(self, request: Any) -> Any:
         with self.conn() as conn:
             store = OpsStore(conn)
-            faulted, failed = store.faulted_schedules(), store.failed_jobs(PROBLEM_ROWS)
-        return self.render(request, "problems.html", faulted=faulted, failed=failed, limit=PROBLEM_ROWS)
+            faulted, failed = store.faulted_schedules(PROBLEM_ROWS + 1), store.failed_jobs(PROBLEM_ROWS)
+        return self.render(request, "problems.html", faulted=faulted[:PROBLEM_ROWS], failed=failed,
+                           limit=PROBLEM_ROWS, more_faulted=len(faulted) > PROBLEM_ROWS)
 
     def login_page(self, request: Any) -> Any:
         return self.render(request, "login.html", next=safe_next(request.query_params.get("next")))
 
     def api_list(self, request: Any) -> Any:
+        """``GET /api/schedules?limit=N&after=NAME&q=TEXT&task=T``: at most N schedules (default 100, at most
+        1000) by name, with ``Link: <...>; rel="next"`` while more remain."""
         from starlette.responses import JSONResponse
 
+        params = request.query_params
+        limit = limit_param("limit", params.get("limit"), PAGE_ROWS, MAX_PAGE_ROWS)
         with self.conn() as conn:
-            rows = api.list_schedules(conn, schema=self.schema)
-        return JSONResponse(jsonable(rows))
+            page = schedule_page(conn, limit=limit, after=params.get("after"), q=params.get("q"),
+                                 task=params.get("task"))
+        href = next_href("/api/schedules", page, limit)
+        headers = {"Link": f'<{href}>; rel="next"'} if href else None
+        return JSONResponse(jsonable([api.public(r) for r in page.rows]), headers=headers)
 
     def api_get(self, request: Any) -> Any:
         from starlette.responses import JSONResponse

@@ -117,3 +117,39 @@ def test_every_option_has_help():
         actions.extend(sub._actions)
     missing = [a.option_strings or a.dest for a in actions if not a.help and a.dest != "help"]
     assert missing == []
+
+
+def test_list_and_stats_go_a_page_at_a_time(capsys, pg_dsn, schema, db):
+    for i in range(7):
+        assert run(capsys, pg_dsn, schema, "add", f"p{i}", "--task", "t.even" if i % 2 == 0 else "t.odd",
+                   "--every", "60s")[0] == 0
+    code, out, err = run(capsys, pg_dsn, schema, "list", "--limit", "3", "--json")
+    assert code == 0 and [r["name"] for r in json.loads(out)] == ["p0", "p1", "p2"]
+    assert "--after p2" in err
+    names, after = [], None
+    while True:
+        code, out, err = run(capsys, pg_dsn, schema, "list", "--limit", "2", "--json", *(["--after", after] if after
+                                                                                        else []))
+        names += [r["name"] for r in json.loads(out)]
+        if "--after" not in err:
+            break
+        after = err.split("--after ", 1)[1].strip()
+    assert names == [f"p{i}" for i in range(7)]
+    code, out, err = run(capsys, pg_dsn, schema, "list", "--task", "t.odd", "--after", "p1")
+    assert code == 0 and [line.split("\t")[0] for line in out.splitlines()] == ["p3", "p5"] and err == ""
+    code, out, _ = run(capsys, pg_dsn, schema, "list", "--search", "P6", "--json")
+    assert [r["name"] for r in json.loads(out)] == ["p6"]
+    code, out, _ = run(capsys, pg_dsn, schema, "list", "--after", "p6")
+    assert code == 0 and out.strip() == "no schedules"
+    for bad in ("0", "1000001", "x"):
+        code, _, err = run(capsys, pg_dsn, schema, "list", "--limit", bad)
+        assert code == 2 and "--limit" in err and "1..1000000" in err
+
+    for name in ("p0", "p1", "p2"):
+        assert run(capsys, pg_dsn, schema, "trigger", name)[0] == 0
+    code, out, err = run(capsys, pg_dsn, schema, "stats", "--limit", "2", "--json")
+    assert code == 0 and [i["name"] for i in json.loads(out)] == ["p0", "p1"] and "--after p1" in err
+    code, out, err = run(capsys, pg_dsn, schema, "stats", "--after", "p1", "--limit", "2", "--json")
+    assert [(i["name"], i["total"]) for i in json.loads(out)] == [("p2", 1)] and "--after p3" in err
+    code, _, err = run(capsys, pg_dsn, schema, "stats", "--limit", "1001")
+    assert code == 2 and "1..1000" in err

@@ -25,6 +25,8 @@ from runledger_beat.db.beat_store import BeatStore
 from runledger_beat.db.grants import KINDS, render
 from runledger_beat.db.ops_store import OpsStore
 from runledger_beat.errors import ConfigError
+from runledger_beat.ops.listing import next_fires, schedule_count, schedule_page
+from runledger_beat.ops.stats import stats
 
 from ..support.e2e import delete_queue, prepare
 from ..support.procs import ROOT, celery_env, start_beat, start_worker
@@ -246,7 +248,7 @@ def test_an_upgrade_keeps_beats_maintenance_and_takes_away_the_rest(pg_dsn):
                     db.execute(sql.SQL(statement).format(schema=sql.Identifier(schema), role=sql.Identifier(role)))
                 assert "PUBLIC" in _callers(db, schema)["runledger_audit_schedules()"]["callers"]
                 with connect(pg_dsn, "public", autocommit=False) as conn:
-                    assert migrate(conn, schema) == ["0008_least_privilege.sql"]
+                    assert migrate(conn, schema, until=8) == ["0008_least_privilege.sql"]
                 assert {fn: set(r["callers"]) for fn, r in _callers(db, schema).items()} == {
                     "runledger_advance_cursors(uuid[],timestamp with time zone[],boolean[])": set(),
                     "runledger_maintain_ledger(interval,integer)": {role},
@@ -273,8 +275,12 @@ def test_dashboard_roles_read_and_change_only_what_their_grants_say(pg_dsn, sche
         assert [s["name"] for s in api.list_schedules(conn)] == ["dash"]
         assert api.get(conn, "dash")["task"] == "rl.record" and len(api.next_fires(conn, "dash", 3)) == 3
         assert api.history(conn, "dash") == [] and store.lag_series(sid, 100) == []
-        assert store.last_fires() == {} and store.beats() == []
-        assert store.faulted_schedules() == [] and store.failed_jobs(100) == []
+        assert store.last_fires([sid]) == {} and store.beats() == []
+        assert store.faulted_schedules(100) == [] and store.failed_jobs(100) == []
+        page = schedule_page(conn, q="das")
+        assert [r["name"] for r in page.rows] == ["dash"] and page.after is None
+        assert [len(f) for f in next_fires(conn, page.rows, 3).values()] == [3]
+        assert schedule_count(conn) == (1, True) and stats(conn) == []
     for write in (lambda: api.pause(reader, "dash", schema=schema), lambda: api.trigger(reader, "dash", schema=schema)):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             write()

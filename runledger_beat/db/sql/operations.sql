@@ -25,11 +25,38 @@ SELECT count(*) AS beats,
   FROM beats
  WHERE %(host)s::text IS NULL OR host = %(host)s::text;
 
+-- web_schedules_page --
+-- One page of schedules by name after %(after)s (keyset), with fault records: of task %(task)s, and matching
+-- %(contains)s (ILIKE on name or task: the trigram index) or %(prefix)s (LIKE on lower(name) or lower(task): the
+-- prefix indexes), when given. The caller asks for one row more than it shows, to know whether more remain.
+SELECT s.*, q.failures, q.last_error, q.retry_at, q.quarantined_at
+  FROM job_schedules s LEFT JOIN schedule_faults q ON q.schedule_id = s.id
+ WHERE (%(after)s::text IS NULL OR s.name > %(after)s::text)
+   AND (%(task)s::text IS NULL OR s.job_type = %(task)s::text)
+   AND (%(contains)s::text IS NULL OR s.name ILIKE %(contains)s::text OR s.job_type ILIKE %(contains)s::text)
+   AND (%(prefix)s::text IS NULL OR lower(s.name) LIKE %(prefix)s::text OR lower(s.job_type) LIKE %(prefix)s::text)
+ ORDER BY s.name
+ LIMIT %(limit)s;
+
+-- web_search_mode --
+-- How schedules are searched: 'substring' when the trigram index exists (migration 0009), else 'prefix'.
+SELECT CASE WHEN to_regclass('job_schedules_search_trgm_idx') IS NOT NULL THEN 'substring' ELSE 'prefix' END
+       AS mode;
+
+-- web_schedules_estimate --
+-- The planner's estimate of how many schedules there are (no scan: pg_class and the table's size).
+EXPLAIN (FORMAT JSON) SELECT 1 FROM job_schedules;
+
+-- web_schedules_count --
+-- How many schedules there are, exactly (used only when the estimate says there are few).
+SELECT count(*) AS n FROM job_schedules;
+
 -- web_last_fires --
--- The dashboard's schedules page: each schedule's latest ledger row (status, and the lag sent_at - scheduled_for).
+-- The dashboard's schedules page: the latest ledger row (status, and the lag sent_at - scheduled_for) of each
+-- schedule in %(ids)s, one index probe each (jobs_schedule_history_idx).
 SELECT s.id AS schedule_id, j.status, j.stage, j.scheduled_for, j.sent_at,
        extract(epoch FROM j.sent_at - j.scheduled_for)::float8 AS lag_seconds
-  FROM job_schedules s
+  FROM unnest(%(ids)b::uuid[]) AS s(id)
  CROSS JOIN LATERAL (SELECT status, stage, scheduled_for, sent_at FROM jobs
                       WHERE schedule_id = s.id ORDER BY created_at DESC LIMIT 1) j;
 
@@ -42,13 +69,16 @@ SELECT scheduled_for, extract(epoch FROM sent_at - scheduled_for)::float8 AS lag
  ORDER BY scheduled_for, created_at;
 
 -- web_faulted_schedules --
--- The dashboard's problems page: schedules beat could not fire (a row in schedule_faults), quarantined first.
+-- The dashboard's problems page: the first %(limit)s schedules beat could not fire (a row in schedule_faults),
+-- quarantined first.
 SELECT s.name, s.job_type, s.is_active, f.failures, f.last_error, f.failed_at, f.retry_at, f.quarantined_at
   FROM schedule_faults f JOIN job_schedules s ON s.id = f.schedule_id
- ORDER BY f.quarantined_at DESC NULLS LAST, f.failed_at DESC, s.name;
+ ORDER BY f.quarantined_at DESC NULLS LAST, f.failed_at DESC, s.name
+ LIMIT %(limit)s;
 
 -- web_failed_jobs --
--- The dashboard's problems page: the newest %(limit)s ledger rows that failed to publish, were lost or expired.
+-- The dashboard's problems page: the newest %(limit)s ledger rows that failed to publish, were lost or expired
+-- (jobs_problem_idx holds only those rows).
 SELECT id, schedule_name, job_type, stage, status, scheduled_for, created_at, sent_at, dispatch_attempts,
        last_error, worker
   FROM jobs
@@ -57,28 +87,54 @@ SELECT id, schedule_name, job_type, stage, status, scheduled_for, created_at, se
  LIMIT %(limit)s;
 
 -- job_stats --
--- Per schedule: counts by status and lag percentiles (seconds) from scheduled_for to sent_at and started_at.
-WITH j AS (
-    SELECT schedule_name, status, scheduled_for, sent_at, started_at
-      FROM jobs
-     WHERE (%(name)s::text IS NULL OR schedule_name = %(name)s::text)
-       AND (%(since)s::float8 IS NULL
-            OR coalesce(scheduled_for, created_at) >= now() - make_interval(secs => %(since)s::float8))
-), c AS (
-    SELECT schedule_name, jsonb_object_agg(status, n) AS counts
-      FROM (SELECT schedule_name, status, count(*) AS n FROM j GROUP BY schedule_name, status) x
-     GROUP BY schedule_name
+-- Per schedule name of one page (after %(after)s, at most %(limit)s; only %(name)s when given): counts by status and
+-- lag percentiles (seconds) from scheduled_for to sent_at and started_at. The names are those of the schedules and
+-- of removed schedules' ledger rows; each name's rows are read through an index (jobs_schedule_history_idx,
+-- jobs_removed_schedule_idx), optionally only those scheduled within %(since)s seconds. A name without rows has
+-- total 0.
+WITH names AS (
+    SELECT name FROM (
+        (SELECT name FROM job_schedules
+          WHERE (%(name)s::text IS NULL OR name = %(name)s::text)
+            AND (%(after)s::text IS NULL OR name > %(after)s::text)
+          ORDER BY name LIMIT %(limit)s)
+        UNION
+        (SELECT DISTINCT schedule_name FROM jobs
+          WHERE schedule_id IS NULL AND schedule_name IS NOT NULL
+            AND (%(name)s::text IS NULL OR schedule_name = %(name)s::text)
+            AND (%(after)s::text IS NULL OR schedule_name > %(after)s::text)
+          ORDER BY schedule_name LIMIT %(limit)s)
+    ) u
+     ORDER BY name
+     LIMIT %(limit)s
+), page AS (
+    SELECT n.name, s.id FROM names n LEFT JOIN job_schedules s ON s.name = n.name
 )
-SELECT j.schedule_name AS name, count(*) AS total, c.counts,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_p50,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_p99,
-       max(extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_max,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_p50,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_p99,
-       max(extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_max
-  FROM j LEFT JOIN c ON c.schedule_name IS NOT DISTINCT FROM j.schedule_name
- GROUP BY j.schedule_name, c.counts
- ORDER BY j.schedule_name NULLS LAST;
+SELECT p.name, a.total, c.counts, a.send_lag_p50, a.send_lag_p99, a.send_lag_max,
+       a.start_lag_p50, a.start_lag_p99, a.start_lag_max
+  FROM page p
+ CROSS JOIN LATERAL (
+    SELECT count(*) AS total,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_p50,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_p99,
+           max(extract(epoch FROM j.sent_at - j.scheduled_for)::float8) AS send_lag_max,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_p50,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_p99,
+           max(extract(epoch FROM j.started_at - j.scheduled_for)::float8) AS start_lag_max
+      FROM jobs j
+     WHERE (j.schedule_id = p.id OR (j.schedule_id IS NULL AND j.schedule_name = p.name))
+               AND j.schedule_name = p.name
+               AND (%(since)s::float8 IS NULL
+                    OR coalesce(j.scheduled_for, j.created_at) >= now() - make_interval(secs => %(since)s::float8))) a
+ CROSS JOIN LATERAL (
+    SELECT jsonb_object_agg(status, n) AS counts
+      FROM (SELECT status, count(*) AS n FROM jobs j
+             WHERE (j.schedule_id = p.id OR (j.schedule_id IS NULL AND j.schedule_name = p.name))
+               AND j.schedule_name = p.name
+               AND (%(since)s::float8 IS NULL
+                    OR coalesce(j.scheduled_for, j.created_at) >= now() - make_interval(secs => %(since)s::float8))
+             GROUP BY status) x) c
+ ORDER BY p.name;
 
 -- doctor_schema --
 -- runledger-beat doctor: does the schema exist, may this role use it, and does it hold the migrations table.

@@ -81,10 +81,22 @@ RETURNING *;
 SELECT pg_notify('runledger_schedules', '');
 
 -- api_history --
--- The latest ledger rows of a schedule, newest first, optionally of one status.
-SELECT * FROM jobs
- WHERE schedule_name = %(name)s
-   AND (%(status)s::text IS NULL OR status = %(status)s::text)
+-- The latest ledger rows of a schedule by name, newest first, optionally of one status: the rows of the schedule
+-- that holds the name now (jobs_schedule_history_idx) and those of removed schedules of that name
+-- (jobs_removed_schedule_idx), never a scan of the ledger.
+SELECT * FROM (
+    (SELECT * FROM jobs
+      WHERE schedule_id = (SELECT id FROM job_schedules WHERE name = %(name)s) AND schedule_name = %(name)s
+        AND (%(status)s::text IS NULL OR status = %(status)s::text)
+      ORDER BY created_at DESC, scheduled_for DESC NULLS LAST
+      LIMIT %(limit)s)
+    UNION ALL
+    (SELECT * FROM jobs
+      WHERE schedule_id IS NULL AND schedule_name = %(name)s
+        AND (%(status)s::text IS NULL OR status = %(status)s::text)
+      ORDER BY created_at DESC, scheduled_for DESC NULLS LAST
+      LIMIT %(limit)s)
+) h
  ORDER BY created_at DESC, scheduled_for DESC NULLS LAST
  LIMIT %(limit)s;
 
