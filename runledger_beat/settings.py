@@ -228,6 +228,20 @@ def dsn_from(conf: Any) -> str | None:
     return conf.get("runledger_dsn") or conf.get("RUNLEDGER_DSN") or os.environ.get("RUNLEDGER_DSN") or None
 
 
+#: Broker URL schemes whose kombu transport needs redis-py.
+REDIS_SCHEMES = frozenset({"redis", "rediss", "redis+socket", "sentinel"})
+
+
+def check_broker(conf: Any) -> None:
+    """At beat's start: a Redis broker without redis-py stops with the one line naming the extra (kombu would
+    fail later, at the first publish, with a traceback)."""
+    url = conf.get("broker_url") if hasattr(conf, "get") else None
+    first = (url[0] if isinstance(url, (list, tuple)) and url else url) or ""
+    scheme = str(first).split(";", 1)[0].partition("://")[0].lower()
+    if scheme in REDIS_SCHEMES:
+        require(f"broker_url ({scheme}://)", "redis", ConfigError)
+
+
 def load(conf: Any) -> Settings:
     """Read and check the settings; raises ConfigError naming the bad one."""
     dsn = dsn_from(conf)

@@ -20,7 +20,7 @@ from ..db.connect import connect, schema_of
 from ..db.migrate import migrate, schema_ready
 from ..db.redaction import redact_dsn, safe_error
 from ..errors import ConfigError
-from ..settings import Settings, dsn_from, load
+from ..settings import Settings, check_broker, dsn_from, load
 from .listener import ChangeListener
 from .pipeline import FirePipeline
 
@@ -42,6 +42,12 @@ class Scheduler(beat.Scheduler):
         self._ticking = False         # a tick is under way (close() then only asks to stop: see close)
         self._stop_asked = False
         kwargs.pop("schedule_filename", None)
+        try:
+            # Before Celery's banner asks kombu for the broker's transport (it builds a lazy scheduler first).
+            check_broker(app.conf)
+        except ConfigError as exc:
+            log.error("runledger_beat: %s", exc)  # nothing opened yet: nothing to close
+            raise SystemExit(1) from None
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
     def setup_schedule(self) -> None:

