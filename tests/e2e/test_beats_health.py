@@ -170,11 +170,11 @@ def test_a_role_that_may_not_write_beats_still_schedules(pg_dsn, schema, db, cap
                                    runledger_auto_migrate=False, runledger_lookahead=0))
         try:
             wait_for(lambda: scheduler.run_once() is not None
-                     and db.execute("SELECT count(*) AS n FROM jobs WHERE sent_at IS NOT NULL").fetchone()["n"] >= 1,
-                     timeout=5, interval=0.2, message="a fire sent by the restricted beat")
+                     and db.execute("SELECT count(*) AS n FROM jobs WHERE sent_at IS NOT NULL").fetchone()["n"] >= 1
+                     and "cannot keep this beat's row" in caplog.text,
+                     timeout=10, interval=0.2, message="a fire sent by the restricted beat, its row refused")
         finally:
             scheduler.close()
-        assert "cannot keep this beat's row" in caplog.text
         assert _beats(db) == []
     finally:
         db.execute(sql.SQL("DROP OWNED BY {}").format(ident(role)))
