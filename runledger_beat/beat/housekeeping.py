@@ -141,8 +141,9 @@ class Housekeeping:
                         self.settings.schema, safe_error(exc))
 
     def refresh_metrics(self) -> None:
-        """Mark the tick (the gauges read from the database are the upkeep thread's)."""
+        """Mark the tick and the publish backlog (the gauges read from the database are the upkeep thread's)."""
         self.metrics.ticked()
+        self.metrics.backlog(len(self.outbox.held) + len(self.outbox.backlog))
 
     def leave(self) -> None:
         """Remove this beat's row (clean shutdown)."""
