@@ -57,6 +57,7 @@ class Settings:
     quarantine_after: int
     max_publish_attempts: int
     retention: float | None  # None: keep the whole ledger
+    max_fires_per_second: float | None  # None: publish every burst at once
     metrics_port: int | None
     metrics_host: str
     signed: bool  # runledger_signing_key is set (the key itself stays in app.conf, never here)
@@ -120,6 +121,15 @@ def _retention(value: Any, key: str, conf: Any) -> float | None:
         raise ConfigError(f"{key}: at least {MIN_RETENTION:g} seconds (one day; 0 keeps the whole ledger), "
                           f"got {value!r}")
     return seconds
+
+
+def _rate(value: Any, key: str, conf: Any) -> float | None:
+    if value in (None, 0):
+        return None
+    rate = _number(float, 0)(value, key, conf)
+    if rate < 1:
+        raise ConfigError(f"{key}: at least 1 fire per second (0 or unset: no cap), got {value!r}")
+    return rate
 
 
 def _sent_events(value: Any, key: str, conf: Any) -> bool:
@@ -197,6 +207,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("quarantine_after", 5, _number(int, 1)),
     Setting("max_publish_attempts", 10, _number(int, 1)),
     Setting("retention", DEFAULT_RETENTION_SECONDS, _retention),  # seconds (whole UTC days); 0 keeps it all
+    Setting("max_fires_per_second", None, _rate),  # None: no cap
     Setting("metrics_port", None, _metrics_port),  # None: no metrics server
     Setting("metrics_host", "127.0.0.1", _host),
     # Env RUNLEDGER_SIGNING_KEY too; only whether it is set is kept, the key stays in app.conf (signing.py).

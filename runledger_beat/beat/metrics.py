@@ -22,6 +22,8 @@ Metrics:
 - ``runledger_due_schedules``, ``runledger_pending_fires``,
   ``runledger_quarantined_schedules``: gauges read from the database (one
   cheap statement at most every GAUGE_REFRESH seconds).
+- ``runledger_publish_backlog``: fires this beat has committed and holds to publish later: spread under
+  ``runledger_max_fires_per_second``, waiting for their instant, or stopped by a broker outage.
 - ``runledger_last_tick_timestamp_seconds``: when this beat last did a round of work.
 - ``runledger_build_info{version}``: always 1; ``version`` is ``runledger_beat.__version__``, as
   ``runledger-beat --version`` and the ``beats`` table show it.
@@ -68,6 +70,9 @@ class NoMetrics:
     def gauges(self, due: int, pending: int, quarantined: int) -> None:
         """Set the gauges read from the database."""
 
+    def backlog(self, n: int) -> None:
+        """Set how many committed fires this beat holds to publish later."""
+
     def close(self) -> None:
         """Stop serving."""
 
@@ -95,6 +100,9 @@ class PrometheusMetrics(NoMetrics):
                               registry=self.registry)
         self._quarantined = Gauge("runledger_quarantined_schedules", "Schedules quarantined after repeated "
                                   "failures.", registry=self.registry)
+        self._backlog = Gauge("runledger_publish_backlog", "Fires committed and held by this beat to publish later "
+                              "(spread under runledger_max_fires_per_second, waiting for their instant, or stopped "
+                              "by a broker outage).", registry=self.registry)
         self._last_tick = Gauge("runledger_last_tick_timestamp_seconds", "Unix time of this beat's last round "
                                 "of work.", registry=self.registry)
         Gauge("runledger_build_info", "Always 1; the label is the runledger_beat version.", ["version"],
@@ -119,6 +127,9 @@ class PrometheusMetrics(NoMetrics):
         self._due.set(due)
         self._pending.set(pending)
         self._quarantined.set(quarantined)
+
+    def backlog(self, n: int) -> None:
+        self._backlog.set(n)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -19,7 +19,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
@@ -35,6 +35,7 @@ from .connections import BeatConnections, DatabaseClock
 from .instant import Prepared
 from .metrics import NoMetrics
 from .overflow import PackedIds, is_parked
+from .pacing import Pacer
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ class Outbox:
         self.after_publish = after_publish    # called once the broker confirmed fires, before they are marked
         self.broker_backoff = Backoff("broker")
         self.chunk = SPILL_CHUNK
+        rate = settings.max_fires_per_second
+        self.pacer = Pacer(rate) if rate else None  # runledger_max_fires_per_second (pacing.py)
         self.held: list[tuple[float, int, Outgoing]] = []  # committed, waiting for their instant
         self.backlog: dict[Any, Fire] = {}   # stopped by a broker outage, published again when it answers
         self._held_seq = 0
@@ -146,16 +149,25 @@ class Outbox:
     def _publishing_lock(self) -> Iterator[None]:
         """The publishing lock for the block: taken now if it can be (else before a later chunk, see
         ``_hold_publishing``), released at the end if it was taken."""
-        ledger = self.connections.ledger  # the session that takes the lock is the one to release it
-        self._publishing_held = False
+        if not self._pacing():
+            self._publishing_held = False
         try:
             self._hold_publishing()
             yield
         finally:
-            if self._publishing_held:
-                self._publishing_held = False
-                with contextlib.suppress(psycopg.Error):  # a broken session has dropped the lock already
-                    ledger.release_publishing()
+            if not self._pacing():  # fires spread under the cap still wait: publish_held lets it go after them
+                self._let_go_publishing()
+
+    def _pacing(self) -> bool:
+        """Whether fires spread under the cap wait to be published."""
+        return self.pacer is not None and bool(self.held)
+
+    def _let_go_publishing(self) -> None:
+        """Release the publishing lock if this beat holds it."""
+        if self._publishing_held:
+            self._publishing_held = False
+            with contextlib.suppress(psycopg.Error):  # a broken session has dropped the lock already
+                self.connections.ledger.release_publishing()
 
     @contextlib.contextmanager
     def _marks_deferred(self) -> Iterator[None]:
@@ -203,6 +215,9 @@ class Outbox:
 
     def release(self, outgoing: list[Outgoing], skipped: set[uuid.UUID], last: datetime) -> None:
         """Publish the committed fires due now; hold those of a later instant, drop those held back."""
+        if self.pacer is not None:
+            self._pace([item for item in outgoing if item.fire.id not in skipped])
+            return
         now = time.time()
         if self.clock.local(last) <= now and not skipped:  # the usual case: one instant, all due
             self.publish(outgoing, wait=False)
@@ -218,6 +233,21 @@ class Outbox:
                 self._held_seq += 1
                 bisect.insort(self.held, (at, self._held_seq, item))
         self.publish(due, wait=False)
+
+    def _pace(self, outgoing: list[Outgoing]) -> None:
+        """Under the cap: hold every fire until the pacer's time for it, earliest scheduled first, and hold the
+        publishing lock meanwhile (so no other beat's sweep takes the waiting rows, pending, for abandoned)."""
+        outgoing.sort(key=lambda item: item.fire.scheduled_for or datetime.min.replace(tzinfo=timezone.utc))
+        now = time.time()
+        times = self.pacer.times([self.clock.local(item.fire.scheduled_for) if item.fire.scheduled_for else now
+                                  for item in outgoing])
+        first = self._held_seq + 1
+        self._held_seq += len(outgoing)
+        self.held.extend(zip(times, range(first, first + len(outgoing)), outgoing, strict=True))
+        self.held.sort(key=lambda entry: entry[:2])
+        if self.held:
+            self._hold_publishing()
+        self.publish_held()
 
     def _revoke(self, cancelled: list[dict[str, Any]]) -> None:
         """cancel_other: revoke the runs a later fire replaced (already revoked in the ledger)."""
@@ -240,6 +270,8 @@ class Outbox:
             due = [item for _, _, item in self.held[:cut]]
             del self.held[:cut]
             self.publish(due, wait=False)
+        if self.pacer is not None and not self.held and self._publishing_held and not self._holding_marks:
+            self._let_go_publishing()
 
     def publish_backlog(self) -> None:
         """Publish again what a broker outage stopped, once the back-off allows."""

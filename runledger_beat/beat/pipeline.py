@@ -7,8 +7,11 @@ One ``run_once()`` does every due step and returns the seconds until there is wo
 3. between instants, make the ledger's day partitions ahead (housekeeping.py);
 4. claim and record the schedules due now, or within the lookahead for the next instant, in a transaction
    kept open until that instant (preparing.py);
-5. settle what the broker confirmed; sweep for abandoned rows, refresh the beat's row and the metrics
-   (housekeeping.py), unless an instant is about to commit.
+5. settle what the broker confirmed; sweep for abandoned rows and refresh the beat's row (housekeeping.py),
+   unless an instant is about to commit.
+
+What may wait on a lock or scan the ledger (lost and expired runs, buffered fires, audit pruning, the metrics
+gauges) runs in the upkeep thread on a connection of its own (upkeep.py), never in this loop.
 
 Nothing is published before its instant, nor before the transaction that recorded it commits. If beat dies with
 an instant prepared, the transaction rolls back and the fires are claimed again. The pipeline knows nothing of
@@ -114,6 +117,7 @@ class FirePipeline:
         preparer, outbox, house = self.preparer, self.outbox, self.housekeeping
         try:
             self.connect()
+            house.start()
             outbox.publish_backlog()
             outbox.publish_held()
             if preparer.due():

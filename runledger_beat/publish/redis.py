@@ -137,8 +137,9 @@ class RedisPublisher:
         """LPUSH every fire's commands: (ids sent, (fire, reason) refused, connection error or None).
 
         The commands go out packed as RESP (``_pack``) in rounds of at most CHUNK
-        commands or CHUNK_BYTES, one write each, then one reply is read per
-        command: what redis-py's pipeline does, without its per-command Python.
+        commands or CHUNK_BYTES, one write each, then the round's replies are read
+        at once (``_replies``): what redis-py's pipeline does, without its
+        per-command Python.
         """
         from redis.exceptions import ResponseError  # only on this road: a base install has no redis-py
 
@@ -157,7 +158,7 @@ class RedisPublisher:
                     end += 1
                 try:
                     conn.send_packed_command([b"".join(packed)], check_health=False)
-                    replies = iter([_reply(conn, ResponseError) for _ in packed])
+                    replies = iter(_replies(conn, len(packed), ResponseError))
                 except Exception as exc:  # the connection: nothing of this round on is known to be queued
                     conn.disconnect()
                     failed.extend((o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing[start:])
@@ -188,6 +189,28 @@ def _connection(pool: Any) -> Any:
         return pool.get_connection()
     except TypeError:  # redis-py before 5.3 wants a command name
         return pool.get_connection("LPUSH")
+
+
+def _replies(conn: Any, n: int, refused: type[Exception]) -> list[Any]:
+    """The ``n`` replies to a round of LPUSH commands: an integer or an error each, so one line each.
+
+    Read from the socket in a few large reads and counted by their line ends (a reply to LPUSH never spans
+    lines, and a count is never negative, so a '-' can only start an error); redis-py's parser, one reply per
+    call, is kept for a connection whose socket is not at hand.
+    """
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        return [_reply(conn, refused) for _ in range(n)]
+    buffer = bytearray()
+    while buffer.count(b"\r\n") < n:
+        data = sock.recv(1 << 16)
+        if not data:
+            raise ConnectionError("Redis closed the connection")
+        buffer += data
+    if b"-" not in buffer:
+        return [None] * n
+    return [refused(line[1:].decode(errors="replace")) if line.startswith(b"-") else None
+            for line in bytes(buffer).split(b"\r\n")[:n]]
 
 
 def _reply(conn: Any, refused: type[Exception]) -> Any:

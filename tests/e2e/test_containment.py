@@ -21,6 +21,15 @@ from runledger_beat.settings import load
 
 from ..support.e2e import delete_queue
 from ..support.rows import insert_schedule, ledger
+from ..support.services import wait_for
+
+
+def _upkeep_round(pipeline: FirePipeline) -> None:
+    """Run a step, then wait until an upkeep round has run from start to end since (upkeep.py)."""
+    pipeline.run_once()
+    upkeep = pipeline.housekeeping.upkeep
+    ticket = upkeep.soon()
+    wait_for(lambda: upkeep.served >= ticket, message="an upkeep round")
 
 
 @pytest.fixture
@@ -167,8 +176,7 @@ def test_sent_fires_past_their_expiry_resolve_so_overlap_skip_goes_on(db, pg_dsn
         pipeline.run_once()
         assert [r["status"] for r in ledger(db, sid)] == ["sent", "skipped"]
         db.execute("UPDATE jobs SET scheduled_for = scheduled_for - interval '5 seconds' WHERE status = 'sent'")
-        pipeline.sweep_soon()
-        pipeline.run_once()  # the sweep: the message expired unconsumed
+        _upkeep_round(pipeline)  # the upkeep's sweep: the message expired unconsumed
         db.execute("UPDATE job_schedules SET next_fire_at = now() WHERE id = %s", (sid,))
         pipeline.run_once()
         statuses = [r["status"] for r in ledger(db, sid)]
@@ -187,12 +195,10 @@ def test_sent_fires_never_started_become_lost_only_where_a_worker_runs_the_hook(
         sid = insert_schedule(db, "unstarted", cron="0 0 1 1 *")
         pipeline.run_once()
         db.execute("UPDATE jobs SET sent_at = now() - interval '2 minutes'")
-        pipeline.sweep_soon()
-        pipeline.run_once()
+        _upkeep_round(pipeline)
         assert ledger(db, sid)[0]["status"] == "sent"  # no worker reported the hook: nothing to conclude
         WorkerStore(db).worker_seen("w1/1", 1)
-        pipeline.sweep_soon()
-        pipeline.run_once()
+        _upkeep_round(pipeline)
         assert ledger(db, sid)[0]["status"] == "lost"
     finally:
         pipeline.close()

@@ -30,6 +30,8 @@ SELECT pg_try_advisory_xact_lock(hashtextextended('runledger_beat.prepare.' || c
 -- pending instant (%(group_start)s, else the earliest claimable cursor), so one transaction prepares one instant.
 -- Rows already due are always taken. Statement time, not now(): the transaction may have begun earlier.
 -- Instants Python cannot hold (old rows) come back NULL, the first such column named in bad_instant.
+-- The earliest claimable cursor is read in index order (job_schedules_due_idx), skipping faulted rows as it goes:
+-- min() over an anti-join would scan every active schedule each tick.
 SELECT s.id, s.name, s.job_type, s.organization_id, s.payload_template, s.kind,
        s.cron_expr, s.cron_day_and, s.interval_seconds, s.timezone, s.max_jitter_seconds, s.options,
        s.misfire_policy, s.misfire_grace_seconds, s.overlap_policy,
@@ -57,12 +59,13 @@ SELECT s.id, s.name, s.job_type, s.organization_id, s.payload_template, s.kind,
          statement_timestamp() + make_interval(secs => %(lookahead)s),
          greatest(statement_timestamp(),
                   coalesce(%(group_start)s::timestamptz,
-                           (SELECT min(f.next_fire_at) FROM job_schedules f
-                             WHERE f.is_active
+                           (SELECT f.next_fire_at FROM job_schedules f
+                             WHERE f.is_active AND f.next_fire_at IS NOT NULL
                                AND NOT EXISTS (SELECT 1 FROM schedule_faults g
                                                 WHERE g.schedule_id = f.id
                                                   AND (g.quarantined_at IS NOT NULL
-                                                       OR g.retry_at > statement_timestamp()))))
+                                                       OR g.retry_at > statement_timestamp()))
+                             ORDER BY f.next_fire_at LIMIT 1))
                   + make_interval(secs => %(group_window)s)))
  ORDER BY s.next_fire_at
  LIMIT %(limit)s
@@ -180,13 +183,14 @@ DELETE FROM schedule_faults WHERE schedule_id = ANY(%(ids)b::uuid[]);
 
 -- next_due_in --
 -- Seconds from the database clock until the earliest claimable cursor is %(lookahead)s seconds away, or until a faulted
--- schedule's retry (NULL when neither).
+-- schedule's retry (NULL when neither). The earliest cursor in index order, as in claim_due_schedules.
 SELECT extract(epoch FROM (least(
-         (SELECT min(s.next_fire_at) FROM job_schedules s
-           WHERE s.is_active
+         (SELECT s.next_fire_at FROM job_schedules s
+           WHERE s.is_active AND s.next_fire_at IS NOT NULL
              AND NOT EXISTS (SELECT 1 FROM schedule_faults q
                               WHERE q.schedule_id = s.id
-                                AND (q.quarantined_at IS NOT NULL OR q.retry_at > statement_timestamp()))),
+                                AND (q.quarantined_at IS NOT NULL OR q.retry_at > statement_timestamp()))
+           ORDER BY s.next_fire_at LIMIT 1),
          (SELECT min(q.retry_at) + make_interval(secs => %(lookahead)s) FROM schedule_faults q
            WHERE q.quarantined_at IS NULL AND q.retry_at > statement_timestamp()))
        - statement_timestamp()))::float8 - %(lookahead)s::float8 AS seconds;
@@ -197,12 +201,13 @@ SELECT extract(epoch FROM (least(
 SELECT count(*)::int AS n
   FROM (SELECT 1 FROM job_schedules s
          WHERE s.is_active
-           AND s.next_fire_at <= (SELECT min(f.next_fire_at) FROM job_schedules f
-                                   WHERE f.is_active
+           AND s.next_fire_at <= (SELECT f.next_fire_at FROM job_schedules f
+                                   WHERE f.is_active AND f.next_fire_at IS NOT NULL
                                      AND NOT EXISTS (SELECT 1 FROM schedule_faults q
                                                       WHERE q.schedule_id = f.id
                                                         AND (q.quarantined_at IS NOT NULL
-                                                             OR q.retry_at > statement_timestamp())))
+                                                             OR q.retry_at > statement_timestamp()))
+                                   ORDER BY f.next_fire_at LIMIT 1)
                                  + make_interval(secs => %(group_window)s)
          LIMIT %(cap)s) AS due;
 
