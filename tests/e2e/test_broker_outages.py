@@ -16,9 +16,8 @@ from datetime import timedelta
 
 import pytest
 import redis
-from kombu import Connection
 
-from ..support.e2e import count, prepare
+from ..support.e2e import count, prepare, queued_ids
 from ..support.private import RedisServer
 from ..support.procs import start_beat
 from ..support.rows import insert_schedule
@@ -32,15 +31,6 @@ OUTAGE = 10  # seconds the broker stays away
 
 def _now(db):
     return db.execute("SELECT now() AS t").fetchone()["t"]
-
-
-def _amqp_ids(url: str, queue: str) -> list[str]:
-    ids = []
-    with Connection(url) as conn:
-        channel = conn.default_channel
-        while (message := channel.basic_get(queue, no_ack=True)) is not None:
-            ids.append(message.properties["application_headers"]["id"])
-    return ids
 
 
 def _redis_ids(url: str, queue: str) -> list[str]:
@@ -101,7 +91,7 @@ def test_a_rabbitmq_stop_publishes_every_waiting_fire_once(db, pg_dsn, schema, p
     """The broker application stops and starts (connections dropped, nothing listening); quorum queues are
     declared by the fast path and take its confirmed publishes like classic ones."""
     _outage_loses_and_doubles_nothing(db, pg_dsn, schema, private_rabbit.url, private_rabbit.stop_app,
-                                      private_rabbit.start_app, _amqp_ids,
+                                      private_rabbit.start_app, queued_ids,
                                       extra={"task_default_queue_type": queue_type})
     # Every queue on the node is of the type asked for: the fast path declared the task queue as quorum.
     assert set(private_rabbit.queue_types().values()) == {queue_type}
@@ -110,7 +100,7 @@ def test_a_rabbitmq_stop_publishes_every_waiting_fire_once(db, pg_dsn, schema, p
 def test_a_rabbitmq_node_restart_publishes_every_waiting_fire_once(db, pg_dsn, schema, private_rabbit):
     """The whole node goes down and comes back: the durable queue keeps every message confirmed before."""
     _outage_loses_and_doubles_nothing(db, pg_dsn, schema, private_rabbit.url, private_rabbit.stop_node,
-                                      private_rabbit.start_node, _amqp_ids)
+                                      private_rabbit.start_node, queued_ids)
 
 
 def test_a_redis_restart_publishes_every_waiting_fire_once(db, pg_dsn, schema):
