@@ -3,7 +3,7 @@
 Two Debian clusters (``pg_createcluster``; the standby made by ``pg_basebackup -R``). ``dsn`` is a libpq
 multi-host DSN with ``target_session_attrs=read-write``: clients reach whichever node is primary.
 ``failover()`` kills the primary (immediate stop, as a crash) and promotes the standby; ``rebuild_standby()``
-makes a new standby of the new primary on the freed port, so another failover can follow. Replication is
+drops the crashed node and makes a new standby of the new primary on its port, so another failover can follow. Replication is
 synchronous (``synchronous_standby_names = '*'``) while a standby streams: a commit the primary acknowledged is
 on the standby, so a failover loses no committed row. Everything is dropped by ``close()``.
 """
@@ -68,6 +68,7 @@ class ReplicaPair:
         self.ports = (free_port(), free_port())
         self.primary = Node(self.version, self.ports[0])
         self.standby: Node | None = None
+        self.retired: Node | None = None  # the crashed primary of the last failover, until a new standby is built
         self.primary.create(start=True)
         wait_for(self.primary.answers, timeout=60, message="the private primary answering")
         self.rebuild_standby()
@@ -97,8 +98,10 @@ class ReplicaPair:
     def _build_standby(self) -> None:
         port = self.ports[1] if self.primary.port == self.ports[0] else self.ports[0]
         node = Node(self.version, port)
-        if self.standby is not None:
-            self.standby.drop()
+        for gone in (self.standby, self.retired):
+            if gone is not None:
+                gone.drop()
+        self.retired = None
         self.standby = node
         node.create(start=False)
         shutil.rmtree(node.data)
@@ -133,11 +136,11 @@ class ReplicaPair:
         wait_for(lambda: self.primary.answers(writable=True), timeout=60, message="the promoted standby writable")
         self.primary.sql("ALTER SYSTEM RESET synchronous_standby_names")
         self.primary.sql("SELECT pg_reload_conf()")
-        old.drop()
+        self.retired = old  # dropped by rebuild_standby, which needs its port
 
     def close(self) -> None:
         """Stop and drop both clusters."""
-        for node in (self.standby, self.primary):
+        for node in (self.standby, self.primary, self.retired):
             if node is not None:
                 with contextlib.suppress(subprocess.SubprocessError, OSError):
                     node.drop()
