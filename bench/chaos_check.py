@@ -7,8 +7,8 @@ slots missing; slots coalesced (missed while no beat could fire the schedule, as
 ``fire_once`` misfire policy records the first of them late and moves the cursor past the rest, by design);
 messages published twice (two messages with one task id reached workers); messages the broker redelivered (one
 message again after a lost connection: at-least-once delivery); tasks executed twice (one task id's body run
-twice); ledger rows never executed; the max lag after recovery (a fire's ``sent_at`` after the later of its
-instant and the recovery).
+twice); ledger rows never executed; the max lag after recovery (a fire's ``sent_at``, or its ``started_at`` when a
+worker took it before beat marked it, after the later of its instant and the recovery).
 
 The run fails (``ok`` false, exit status 1) on any slot recorded twice, missing and not coalesced, any
 task executed twice, any recorded fire never executed, or any execution without its ledger row.
@@ -67,7 +67,10 @@ class _Records:
     def __init__(self, ledger_dsn: str, record_dsn: str, schema: str) -> None:
         with psycopg.connect(ledger_dsn, row_factory=dict_row) as conn:
             self.schedules = conn.execute(f'SELECT id, name FROM "{schema}".job_schedules').fetchall()
-            self.jobs = conn.execute("SELECT id, schedule_id, scheduled_for, status, sent_at, created_at"
+            # A worker may start a fire before beat marks it sent (the mark then leaves it): its start bounds
+            # when it was published.
+            self.jobs = conn.execute("SELECT id, schedule_id, scheduled_for, status, created_at,"
+                                     " coalesce(sent_at, started_at) AS out_at"
                                      f' FROM "{schema}".jobs').fetchall()
         with psycopg.connect(record_dsn) as conn:
             rows = conn.execute("SELECT task_id, redelivered FROM deliveries").fetchall()
@@ -122,8 +125,8 @@ def _count_fires(records: _Records, run: dict[str, Any], rows: dict[str, Counter
         if runs == 0 and job["status"] != "skipped":
             row["not_executed"] += 1
             problems.append(f"{task_id} ({when}, {job['status']}) never executed")
-        if fault and job["sent_at"] is not None:
-            lag = (job["sent_at"] - max(job["scheduled_for"], fault["recovered"])).total_seconds()
+        if fault and job["out_at"] is not None:
+            lag = (job["out_at"] - max(job["scheduled_for"], fault["recovered"])).total_seconds()
             lags[fault["kind"]] = max(lags.get(fault["kind"], 0.0), lag)
     return lags
 
