@@ -3,9 +3,9 @@
 Two Debian clusters (``pg_createcluster``; the standby made by ``pg_basebackup -R``). ``dsn`` is a libpq
 multi-host DSN with ``target_session_attrs=read-write``: clients reach whichever node is primary.
 ``failover()`` kills the primary (immediate stop, as a crash) and promotes the standby; ``rebuild_standby()``
-drops the crashed node and makes a new standby of the new primary on its port, so another failover can follow. Replication is
-synchronous (``synchronous_standby_names = '*'``) while a standby streams: a commit the primary acknowledged is
-on the standby, so a failover loses no committed row. Everything is dropped by ``close()``.
+drops the crashed node and makes a new standby of the new primary on its port, so another failover can follow.
+Replication is synchronous (``synchronous_standby_names = '*'``) while a standby streams: a commit the primary
+acknowledged is on the standby, so a failover loses no committed row. Everything is dropped by ``close()``.
 """
 
 from __future__ import annotations
