@@ -274,8 +274,18 @@ class Outbox:
             self._let_go_publishing()
 
     def publish_backlog(self) -> None:
-        """Publish again what a broker outage stopped, once the back-off allows."""
-        if self.backlog and not self.broker_backoff.active:
+        """Publish again what a broker outage stopped, once the back-off allows.
+
+        The rows are locked first and stay locked until marked: another beat's recovery sweep, which finds them
+        pending past the grace after a long outage, skips them, and one it is publishing itself is left to it
+        (once published it is no longer pending, and leaves the backlog)."""
+        if not self.backlog or self.broker_backoff.active:
+            return
+        ledger = self.connections.ledger
+        with ledger.conn.transaction():
+            mine = ledger.claim_backlog(list(self.backlog))
+            for fire_id in [i for i in self.backlog if i not in mine]:
+                del self.backlog[fire_id]
             self.publish([Outgoing(f) for f in list(self.backlog.values())])
 
     def publish(self, outgoing: list[Outgoing], wait: bool = True) -> None:

@@ -123,6 +123,11 @@ class BeatStore(Store):
         """Keep why these fires wait (the broker is away); no attempt is counted."""
         self.conn.execute(self.q.note_publish_outage, {"ids": list(fire_ids), "error": error[:1000]})
 
+    def claim_backlog(self, fire_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """In a transaction: lock those of these fires still pending and unlocked (no other beat republishes
+        them meanwhile); returns their ids."""
+        return {r["id"] for r in self._all(self.q.claim_backlog, {"ids": list(fire_ids)})}
+
     def hold_publishing(self) -> bool:
         """Keep recovery sweeps off this schema's pending rows while a big instant is published (session lock)."""
         return bool(self._one(self.q.hold_publishing)["held"])

@@ -146,7 +146,10 @@ class RedisPublisher:
         sent: list = []
         failed: list[tuple[Fire, str]] = []
         pool = self.channel.client.connection_pool
-        conn = _connection(pool)
+        try:
+            conn = _connection(pool)  # may connect now: a server away (restarting) refuses
+        except Exception as exc:
+            return sent, [(o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing], exc
         try:
             start = 0
             while start < len(outgoing):

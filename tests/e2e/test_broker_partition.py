@@ -14,11 +14,10 @@ from datetime import timedelta
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from kombu import Connection
 
 from runledger_beat.publish.amqp import CONFIRM_TIMEOUT
 
-from ..support.e2e import count, delete_queue, prepare
+from ..support.e2e import count, delete_queue, prepare, queued_ids
 from ..support.netcut import Proxy
 from ..support.procs import start_beat
 from ..support.rows import insert_schedule
@@ -28,15 +27,6 @@ pytestmark = pytest.mark.slow
 
 SCHEDULES = 3
 CUT_SECONDS = 15
-
-
-def _queued_ids(broker: str, queue: str) -> list[str]:
-    ids = []
-    with Connection(broker) as conn:
-        channel = conn.default_channel
-        while (message := channel.basic_get(queue, no_ack=True)) is not None:
-            ids.append(message.properties["application_headers"]["id"])
-    return ids
 
 
 @pytest.mark.parametrize("road", ["fast path", "celery producer"])
@@ -80,7 +70,7 @@ def test_a_beat_cut_off_from_rabbitmq_keeps_recording_and_publishes_every_fire_a
         sent = {str(r["id"]) for r in db.execute("SELECT id FROM jobs WHERE status = 'sent'").fetchall()}
         assert count(db, "SELECT count(*) AS n FROM jobs WHERE scheduled_for BETWEEN %s AND %s AND status = 'sent'",
                      cut_at + timedelta(seconds=1), healed_at) >= SCHEDULES
-        assert sent <= set(_queued_ids(amqp_url, queue))  # every fire marked sent is in the queue
+        assert sent <= set(queued_ids(amqp_url, queue))  # every fire marked sent is in the queue
     except BaseException:
         print(beat.log()[-4000:])  # what beat said, for the failure report
         raise

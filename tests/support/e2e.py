@@ -25,5 +25,15 @@ def delete_queue(broker: str, queue: str) -> None:
         pass
 
 
+def queued_ids(broker: str, queue: str) -> list[str]:
+    """The task id of every message in a RabbitMQ queue (taken off it), in order, repeats included."""
+    ids = []
+    with Connection(broker) as conn:
+        channel = conn.default_channel
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            ids.append(message.properties["application_headers"]["id"])
+    return ids
+
+
 def count(db: psycopg.Connection, query: str, *params) -> int:
     return db.execute(query, params).fetchone()["n"]

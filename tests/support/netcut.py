@@ -39,7 +39,13 @@ class Proxy:
             if self.cutting.is_set():
                 self.held.append(client)  # a partition: the attempt goes nowhere (held open, never answered)
                 continue
-            server = socket.create_connection(self.target)
+            try:
+                server = socket.create_connection(self.target, timeout=3)
+                server.settimeout(None)
+            except OSError:  # the target is down: the client sees its connection refused
+                with contextlib.suppress(OSError):
+                    client.close()
+                continue
             with self.lock:
                 self.pairs.append((client, server))
             threading.Thread(target=self._relay, args=(client, server), daemon=True).start()

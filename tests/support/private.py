@@ -1,7 +1,8 @@
 """Services of a test's own, on ports of their own: a RabbitMQ node and a PostgreSQL cluster it may stop, restart
 or break without touching the shared ones every other test uses (so such tests run in parallel with the rest).
 
-``RabbitNode`` runs ``rabbitmq-server`` with its own node name, ports and data directory; ``PostgresCluster``
+``RabbitNode`` runs ``rabbitmq-server`` with its own node name, ports and data directory; ``RedisServer`` a
+``redis-server`` that persists every write; ``PostgresCluster``
 is a Debian ``pg_createcluster`` cluster (trust auth on loopback). Both start in seconds and are removed at the
 end. A machine without the commands skips (or, with RUNLEDGER_REQUIRE_SERVICES=1, fails) the test.
 """
@@ -87,10 +88,72 @@ class RabbitNode:
         self._ctl("start_app")
         wait_for(lambda: _listening(self.port), timeout=60, message="the private broker listening again")
 
+    def stop_node(self) -> None:
+        """Stop the whole node (the Erlang VM exits)."""
+        self._ctl("stop")
+        wait_for(lambda: not _listening(self.port), timeout=30, message="the private node stopped")
+
+    def start_node(self) -> None:
+        """Start the node again on its files (durable queues and persistent messages survive)."""
+        subprocess.run(["rabbitmq-server", "-detached"], env=self.env, check=True, capture_output=True, timeout=60,
+                       cwd=self.home)
+        wait_for(lambda: _listening(self.port), timeout=90, interval=0.2, message="the private node listening again")
+
+    def restart(self) -> None:
+        """Stop the whole node and start it again."""
+        self.stop_node()
+        self.start_node()
+
+    def queue_types(self) -> dict[str, str]:
+        """Each queue's name and type (classic, quorum, stream)."""
+        out = subprocess.run(["rabbitmqctl", "-n", self.name, "list_queues", "name", "type", "--quiet",
+                              "--no-table-headers"], env=self.env, check=True, capture_output=True, text=True,
+                             timeout=60).stdout
+        return dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
+
     def close(self) -> None:
         """Stop the node and remove its files."""
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             self._ctl("stop", timeout=60)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+class RedisServer:
+    """A ``redis-server`` of the test's own on a free port, persisting every write (append-only file, fsync
+    always) so a ``restart()`` keeps what was queued; ``close()`` ends it and removes its files."""
+
+    def __init__(self) -> None:
+        if shutil.which("redis-server") is None:
+            missing("Redis (private server)", "redis-server is not installed")
+        self.port = free_port()
+        self.home = tempfile.mkdtemp(prefix="runledger-redis-")
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        """Start the server (on the same port and files) and wait until it listens."""
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.home,
+             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.home)
+        wait_for(lambda: _listening(self.port), timeout=30, message="the private Redis listening")
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM: it writes its files and exits) and wait until nothing listens."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+        wait_for(lambda: not _listening(self.port), timeout=30, message="the private Redis stopped")
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop the server and remove its files."""
+        with contextlib.suppress(subprocess.SubprocessError, OSError, AssertionError):
+            self.stop()
         shutil.rmtree(self.home, ignore_errors=True)
 
 

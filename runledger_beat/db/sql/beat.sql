@@ -234,6 +234,11 @@ UPDATE jobs
    SET last_error = %(error)s
  WHERE id = ANY(%(ids)b::uuid[]) AND status = 'pending';
 
+-- claim_backlog --
+-- A beat's own fires a broker outage stopped, locked for it to publish again (in a transaction kept until they are
+-- marked sent): a row another beat's recovery sweep holds, or already published, is left out, so none goes out twice.
+SELECT id FROM jobs WHERE id = ANY(%(ids)b::uuid[]) AND status = 'pending' FOR UPDATE SKIP LOCKED;
+
 -- hold_publishing --
 -- A beat publishing an instant bigger than it holds keeps this shared lock (session-level, on its ledger connection)
 -- from the commit until the instant's marks are written: the rows are committed 'pending' meanwhile, and a recovery
