@@ -8,6 +8,7 @@ tests in this folder, with no command-line flags.
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
@@ -24,3 +25,14 @@ def celery_config(amqp_url):
            "broker_connection_retry_on_startup": False}
     with Connection(amqp_url) as conn:
         conn.default_channel.queue_delete(QUEUE)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_pytest_left_it():
+    """Celery's in-process worker sets up logging for its whole process (the root logger's level among it: ERROR);
+    the tests that run after it in the same process keep pytest's."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    root.handlers[:] = handlers
