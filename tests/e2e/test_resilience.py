@@ -26,12 +26,14 @@ def _db_now(db):
 @pytest.mark.serial
 def test_three_beats_fire_each_slot_exactly_once(db, pg_dsn, schema, amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url)
-    start = db.execute("SELECT date_trunc('second', now()) + interval '3 seconds' AS t").fetchone()["t"]
-    ids = [insert_schedule(db, f"ha{i:02d}", cron="* * * * * *", next_fire_at=start) for i in range(50)]
     beats = [start_beat(env, f"beat{i}") for i in range(3)]
     worker = start_worker(env, concurrency=4)
     try:
-        duration = 30
+        # The window opens once the three beats tick, so their start-up eats none of it.
+        wait_for(lambda: count(db, "SELECT count(*) AS n FROM beats") == 3, timeout=60, message="three beats")
+        start = db.execute("SELECT date_trunc('second', now()) + interval '2 seconds' AS t").fetchone()["t"]
+        ids = [insert_schedule(db, f"ha{i:02d}", cron="* * * * * *", next_fire_at=start) for i in range(50)]
+        duration = 15
         wait_for(lambda: _db_now(db) > start + timedelta(seconds=duration), timeout=duration + 15,
                  interval=0.5, message="the test window to pass")
         db.execute("UPDATE job_schedules SET is_active = false")
