@@ -429,7 +429,7 @@ def test_embedded_extra_is_all_the_demo_needs(venvs):
         wait_for(lambda: re.search(r"executed\s+every-second", demo.log()) or not demo.alive(), timeout=120,
                  interval=0.2, message="the demo to run a fire")
         demo.kill(signal.SIGINT)  # Ctrl-C: the demo stops beat and worker, then prints its summary
-        wait_for(lambda: not demo.alive(), timeout=60, interval=0.2, message="the demo to stop")
+        wait_for(lambda: not demo.alive(), timeout=120, interval=0.2, message="the demo to stop")
     finally:
         code = demo.stop()
     log = demo.log()
