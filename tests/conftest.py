@@ -117,18 +117,11 @@ def private_postgres():
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its tier (its folder under tests/); the long scenarios (marker slow), then the tiers of
-    longer tests go first, so the parallel processes start on them and end together on the short ones."""
+    """Mark each test with its tier (its folder under tests/)."""
     for item in items:
         tier = next((p.name for p in item.path.parents if p.name in TIERS), None)
         if tier is not None:
             item.add_marker(tier)
-    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, _LONGEST_FIRST.index(
-        next((p.name for p in item.path.parents if p.name in _LONGEST_FIRST), "unit"))))
-
-
-#: The tiers by how long their tests take, longest first.
-_LONGEST_FIRST = ("packaging", "e2e", "browser", "db", "unit")
 
 
 #: The tier folders whose tests get a marker of the folder's name (subfolders included).
