@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 
@@ -27,9 +28,14 @@ _made_run_dir: list[str] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """A folder the run's test processes share (its parallel workers inherit the variable), outside pytest's own
-    temporary folders: a pytest started meanwhile resets those to mode 0700, which an embedded Postgres run as
-    another user then cannot traverse."""
+    """Ctrl-C reaches the processes the tests start; a folder the run's test processes share (its parallel
+    workers inherit the variable), outside pytest's own temporary folders: a pytest started meanwhile resets those
+    to mode 0700, which an embedded Postgres run as another user then cannot traverse."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started in the background by a shell without job control: SIGINT arrives ignored and every process the
+        # tests start would ignore the Ctrl-C they send it. With a handler here, those processes start with the
+        # default again.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if not hasattr(config, "workerinput") and _RUN_DIR not in os.environ:
         os.environ[_RUN_DIR] = tempfile.mkdtemp(prefix="runledger-run-")
         _made_run_dir.append(os.environ[_RUN_DIR])
