@@ -1,4 +1,4 @@
-"""Schedule features (issue 14): pause notes, the audit log, backfill, skip dates and calendars."""
+"""Schedule features: pause notes, the audit log, backfill, skip dates and calendars."""
 
 from __future__ import annotations
 
