@@ -36,12 +36,7 @@ def test_the_worker_hook_reconnects_to_the_promoted_standby(old_primary):
         assert ledger.conn.info.port == pair.primary.port
         ledger.backoff.first = 10.0  # a first wait no slow step of this test outlasts
 
-        if old_primary == "stopped":  # the primary is lost: promote the standby, stop the old one
-            pair.promote()
-            pair.primary.stop()
-        else:  # a switchover: the primary refuses writes first, then the standby is promoted
-            pair.demote_primary()
-            pair.promote()
+        pair.fail_over(old_primary)
         with pytest.raises(worker._LedgerUnavailable):  # the old primary is gone, or refuses writes (25006)
             ledger.run(lambda store: store.start_run(str(ids[1]), "rl.record", "w1", 0))
         assert ledger.backoff.active and ledger.conn is None

@@ -65,12 +65,7 @@ def test_beats_follow_a_promoted_synchronous_standby(amqp_url, old_primary):
             wait_for(lambda: old.execute("SELECT count(*) AS n FROM jobs WHERE sent_at IS NOT NULL")
                      .fetchone()["n"] >= SCHEDULES * BEFORE, timeout=BEFORE + 30, interval=0.2,
                      message="fires going out before the failover")
-        if old_primary == "stopped":  # the primary is lost: promote the standby, stop the old one
-            pair.promote()
-            pair.primary.stop()
-        else:  # a switchover: the primary refuses writes first, then the standby is promoted
-            pair.demote_primary()
-            pair.promote()
+        pair.fail_over(old_primary)
         new = connect(pair.dsn, schema, autocommit=True)
         try:
             promoted = new.execute("SELECT now() AS t").fetchone()["t"]

@@ -99,6 +99,16 @@ class StandbyPair:
                                           " AND pid <> pg_backend_pid()").fetchone()[0] == 0,
                      timeout=30, interval=0.05, message="the writing transactions drained")
 
+    def fail_over(self, old_primary: str) -> None:
+        """The standby takes over: "stopped", the primary is lost (promote, then stop the old one); "read-only", a
+        switchover (the primary refuses writes first, then the standby is promoted)."""
+        if old_primary == "stopped":
+            self.promote()
+            self.primary.stop()
+        else:
+            self.demote_primary()
+            self.promote()
+
     def log(self) -> str:
         with contextlib.suppress(OSError):
             return Path(f"{self.home}/log").read_text(errors="replace")[-4000:]
