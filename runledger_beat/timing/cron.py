@@ -316,11 +316,24 @@ def _changes(tz: ZoneInfo, start: int, stop: int, step: int) -> list[tuple[int, 
 
 
 @lru_cache(maxsize=4096)
-def _transitions(tz: ZoneInfo, year: int) -> tuple[int, ...]:
-    """Unix times in `year` at which the offset of `tz` changes (6-hourly probe + bisection)."""
+def _year_changes(tz: ZoneInfo, year: int) -> tuple[tuple[int, int, int], ...]:
+    """(instant, offset before, offset after) of each offset change of `tz` in `year` (PROBE + bisection)."""
     start = int(datetime(year, 1, 1, tzinfo=UTC).timestamp())
     stop = int(datetime(year + 1, 1, 1, tzinfo=UTC).timestamp())
-    return tuple(t for t, _, _ in _changes(tz, start - 1, stop, 6 * 3600) if start <= t < stop)
+    return tuple(c for c in _changes(tz, start - 1, stop, PROBE) if start <= c[0] < stop)
+
+
+def _transitions(tz: ZoneInfo, year: int) -> tuple[int, ...]:
+    """Unix times in `year` at which the offset of `tz` changes."""
+    return tuple(t for t, _, _ in _year_changes(tz, year))
+
+
+def _window_changes(tz: ZoneInfo, start: int, stop: int) -> list[tuple[int, int, int]]:
+    """The offset changes in (start, stop], from the yearly tables (probed afresh at the calendar's far ends)."""
+    first, last = datetime.fromtimestamp(start, UTC).year, datetime.fromtimestamp(stop, UTC).year
+    if first < 3 or last > MAX_YEAR - 2:
+        return _changes(tz, start, stop, PROBE)
+    return [c for year in range(first, last + 1) for c in _year_changes(tz, year) if start < c[0] <= stop]
 
 
 def _period(tz: ZoneInfo, ts: int) -> tuple[int, int, int]:
@@ -339,7 +352,7 @@ def _periods(tz: ZoneInfo, start: int, stop: int) -> list[tuple[int, int, int, i
     """Stable-offset pieces (begin, end, offset, offset before begin or None) covering [start, stop)."""
     pieces = []
     begin, before, offset = start, None, _offset_at(tz, start)
-    for instant, previous, after in _changes(tz, start, stop - 1, PROBE):
+    for instant, previous, after in _window_changes(tz, start, stop - 1):
         pieces.append((begin, instant, offset, before))
         begin, before, offset = instant, previous, after
     pieces.append((begin, stop, offset, before))
