@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -15,16 +15,17 @@ from ..db.connect import check_dsn, connect
 from ..db.redaction import redact_dsn, safe_error
 from ..errors import UsageError
 from ..extras import require
-from ..imports import django_celery_beat, redbeat
-from ..imports.celery_schedules import Refused
-from ..imports.plan import Candidate, apply, summary
 from .common import emit, load_app
+
+if TYPE_CHECKING:
+    from ..imports.plan import Candidate
 
 #: The source connection's application_name (the source's own activity views show it).
 SOURCE_APPLICATION_NAME = "runledger-beat import-from"
 
 
 def _django_candidates(args: argparse.Namespace) -> list[Candidate]:
+    from ..imports import django_celery_beat
     source = check_dsn(args.location)
     try:
         with connect(source, args.source_schema, application_name=SOURCE_APPLICATION_NAME) as conn:
@@ -37,6 +38,8 @@ def _django_candidates(args: argparse.Namespace) -> list[Candidate]:
 def _redbeat_candidates(args: argparse.Namespace) -> list[Candidate]:
     require("import-from redbeat", "redis", UsageError)
     import redis
+
+    from ..imports import redbeat
     if args.tz:
         app: Any = SimpleNamespace(conf=SimpleNamespace(timezone=args.tz, enable_utc=True))
     elif args.app:
@@ -56,6 +59,9 @@ class _SourceError(Exception):
 
 
 def cmd_import_from(args: argparse.Namespace, dsn: str) -> int:
+    # Celery's schedule classes (a tenth of a second to import) load only for the commands that read them.
+    from ..imports.celery_schedules import Refused
+    from ..imports.plan import apply, summary
     try:
         candidates = (_django_candidates if args.source == "django-celery-beat" else _redbeat_candidates)(args)
     except Refused as exc:
