@@ -33,6 +33,8 @@ from .templates import Kinds, NotTemplatable, RedisTemplate, kind_of
 #: LPUSH commands per round trip, at most; and bytes, at most.
 CHUNK = 1000
 CHUNK_BYTES = 4 << 20
+#: Rounds written before the first of them is answered.
+IN_FLIGHT = 2
 
 
 def supported(conn: Any) -> bool:
@@ -137,9 +139,10 @@ class RedisPublisher:
         """LPUSH every fire's commands: (ids sent, (fire, reason) refused, connection error or None).
 
         The commands go out packed as RESP (``_pack``) in rounds of at most CHUNK
-        commands or CHUNK_BYTES, one write each, then the round's replies are read
-        at once (``_replies``): what redis-py's pipeline does, without its
-        per-command Python.
+        commands or CHUNK_BYTES, one write each; a round's replies are read at once
+        (``_replies``) after the next round is written, so Redis runs one round while
+        beat packs the next (redis-py's pipeline waits for each round's replies, with
+        Python per command).
         """
         from redis.exceptions import ResponseError  # only on this road: a base install has no redis-py
 
@@ -150,32 +153,45 @@ class RedisPublisher:
             conn = _connection(pool)  # may connect now: a server away (restarting) refuses
         except Exception as exc:
             return sent, [(o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing], exc
+        in_flight: list[tuple[int, int, int]] = []  # (first fire, past the last, commands) written, not answered
         try:
             start = 0
-            while start < len(outgoing):
-                packed, end, size = [], start, 0
-                while end < len(outgoing) and len(packed) < CHUNK and size < CHUNK_BYTES:
-                    for key, payload in outgoing[end].pushes:
-                        packed.append(self._pack(key, payload))
-                        size += len(packed[-1])
-                    end += 1
+            while start < len(outgoing) or in_flight:
                 try:
-                    conn.send_packed_command([b"".join(packed)], check_health=False)
-                    replies = iter(_replies(conn, len(packed), ResponseError))
-                except Exception as exc:  # the connection: nothing of this round on is known to be queued
+                    if start < len(outgoing):
+                        end, packed = self._round(outgoing, start)
+                        conn.send_packed_command([packed[0]], check_health=False)
+                        in_flight.append((start, end, packed[1]))
+                        start = end
+                        if len(in_flight) < IN_FLIGHT and start < len(outgoing):
+                            continue
+                    first, last, commands = in_flight[0]
+                    replies = iter(_replies(conn, commands, ResponseError))
+                    in_flight.pop(0)
+                except Exception as exc:  # the connection: nothing unanswered is known to be queued
                     conn.disconnect()
-                    failed.extend((o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing[start:])
+                    unanswered = in_flight[0][0] if in_flight else start
+                    failed.extend((o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing[unanswered:])
                     return sent, failed, exc
-                for item in outgoing[start:end]:
+                for item in outgoing[first:last]:
                     errors = [r for r in (next(replies) for _ in item.pushes) if isinstance(r, Exception)]
                     if errors:
                         failed.append((item.fire, f"{type(errors[0]).__name__}: {errors[0]}"[:1000]))
                     else:
                         sent.append(item.fire.id)
-                start = end
         finally:
             pool.release(conn)
         return sent, failed, None
+
+    def _round(self, outgoing: Sequence[Outgoing], start: int) -> tuple[int, tuple[bytes, int]]:
+        """The fires from ``start`` that fill one round: (past the last, (their packed commands, how many))."""
+        packed, end, size = [], start, 0
+        while end < len(outgoing) and len(packed) < CHUNK and size < CHUNK_BYTES:
+            for key, payload in outgoing[end].pushes:
+                packed.append(self._pack(key, payload))
+                size += len(packed[-1])
+            end += 1
+        return end, (b"".join(packed), len(packed))
 
     def _pack(self, key: str, payload: str | bytes) -> bytes:
         """``LPUSH key payload`` in RESP, as redis-py would encode it (UTF-8)."""
