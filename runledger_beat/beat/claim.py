@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from ..db.beat_store import BeatStore
+from ..db.redaction import safe_error
 from ..errors import ScheduleError
 from ..payload import merge_schedule_metadata, schedule_metadata
 from ..publish.fires import Fire
@@ -243,6 +244,19 @@ def cancel_overlapped(store: BeatStore, fires: list[Fire]) -> list[dict[str, Any
     [{id, terminate}] for the caller to revoke through Celery once the transaction commits."""
     ids = [f.id for f in fires if f.overlap_policy == "cancel_other"]
     return store.cancel_overlapped(ids) if ids else []
+
+
+def revoke_replaced(app: Any, cancelled: list[dict[str, Any]]) -> None:
+    """Once committed: revoke through Celery the runs cancel_overlapped marked revoked in the ledger."""
+    for terminate in (False, True):
+        ids = [str(c["id"]) for c in cancelled if bool(c["terminate"]) is terminate]
+        if not ids:
+            continue
+        log.info("runledger: cancel_other revoking %d run(s)%s", len(ids), " (terminate)" if terminate else "")
+        try:
+            app.control.revoke(ids, terminate=terminate)
+        except Exception as exc:  # the ledger already says revoked; the worker's guard stops unstarted runs
+            log.warning("runledger: revoking %s failed: %s", ", ".join(ids), safe_error(exc))
 
 
 def record_pass(store: BeatStore, batch_size: int, lookahead: float = 0.0, group_start: datetime | None = None,

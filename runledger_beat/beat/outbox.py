@@ -30,7 +30,7 @@ from ..publish.amqp import CONFIRM_TIMEOUT
 from ..publish.dispatcher import Dispatcher
 from ..publish.fires import Fire, Outgoing
 from ..settings import Settings
-from .claim import cancel_overlapped, skip_overlapping
+from .claim import cancel_overlapped, revoke_replaced, skip_overlapping
 from .connections import BeatConnections, DatabaseClock
 from .instant import Prepared
 from .metrics import NoMetrics
@@ -109,7 +109,7 @@ class Outbox:
         claims.conn.commit()
         self.after_commit()
         if cancelled:
-            self._revoke(cancelled)
+            revoke_replaced(self.app, cancelled)
         if skipped:
             self.metrics.fired("skipped", len(skipped))
             log.info("runledger: held back %d fire(s) (skipped or buffered): previous run still queued or running",
@@ -248,18 +248,6 @@ class Outbox:
         if self.held:
             self._hold_publishing()
         self.publish_held()
-
-    def _revoke(self, cancelled: list[dict[str, Any]]) -> None:
-        """cancel_other: revoke the runs a later fire replaced (already revoked in the ledger)."""
-        for terminate in (False, True):
-            ids = [str(c["id"]) for c in cancelled if bool(c["terminate"]) is terminate]
-            if not ids:
-                continue
-            log.info("runledger: cancel_other revoking %d run(s)%s", len(ids), " (terminate)" if terminate else "")
-            try:
-                self.app.control.revoke(ids, terminate=terminate)
-            except Exception as exc:  # the ledger already says revoked; the worker's guard stops unstarted runs
-                log.warning("runledger: revoking %s failed: %s", ", ".join(ids), safe_error(exc))
 
     # -- publishing ----------------------------------------------------------------------
 
