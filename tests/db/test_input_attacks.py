@@ -9,7 +9,8 @@
   test_cli_refuses_deep_json_and_huge_integers
 - numeric options beyond their documented bounds: test_cli_numeric_options_out_of_range_exit_2,
   test_cli_numeric_options_at_their_bounds_work, test_every_numeric_option_documents_its_bound
-- a DSN psycopg cannot parse never shows its password: test_an_unparsable_dsn_never_shows_the_password
+- a DSN psycopg cannot parse never shows its password: test_an_unparsable_dsn_never_shows_the_password,
+  test_the_command_never_shows_an_unparsable_dsns_password
 """
 
 from __future__ import annotations
@@ -286,23 +287,44 @@ BAD_DSNS = ["postgresql://runledger:pa%zz{m}@127.0.0.1:5432/test", "postgresql:/
             "host=127.0.0.1 password = '{m}\\' dbname=test"]
 
 
+MARKER = "Marker7d1c"
+
+
+def _refused_without_the_password(code: int, out: str, err: str) -> None:
+    assert code in (1, 2), (code, err)
+    assert MARKER not in out + err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("error: ")
+
+
 @pytest.mark.parametrize("template", BAD_DSNS)
 @pytest.mark.parametrize("command", ["web", "list", "migrate", "doctor", "health"])
-def test_an_unparsable_dsn_never_shows_the_password(template, command):
-    marker = "Marker7d1c"
-    dsn = template.format(m=marker)
-    done = subprocess.run([sys.executable, "-m", "runledger_beat.cli", command, *(["--port", "1"] if command == "web"
-                                                                                     else [])],
-                          env={"RUNLEDGER_DSN": dsn, "PATH": "/usr/bin:/bin", "RUNLEDGER_WEB_TOKEN": ""},
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode in (1, 2), (done.returncode, done.stderr)
-    assert marker not in done.stdout + done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.startswith("error: ")
+def test_an_unparsable_dsn_never_shows_the_password(template, command, capfd, monkeypatch):
+    """Every command that connects, with the DSN in RUNLEDGER_DSN and then in --dsn (the same main() the
+    installed command runs; the whole program is run as a process below)."""
+    dsn = template.format(m=MARKER)
+    monkeypatch.setenv("RUNLEDGER_DSN", dsn)
+    monkeypatch.setenv("RUNLEDGER_WEB_TOKEN", "")
+    code = cli.main([command, *(["--port", "1"] if command == "web" else [])])
+    _refused_without_the_password(code, *capfd.readouterr())
+    monkeypatch.delenv("RUNLEDGER_DSN")
+    code = cli.main(["--dsn", dsn, command])
+    out, err = capfd.readouterr()
     # with --dsn a warning line comes first (the password shows in ps), and still no password
-    done = subprocess.run([sys.executable, "-m", "runledger_beat.cli", "--dsn", dsn, command], cwd=ROOT,
+    assert code in (1, 2) and MARKER not in out + err, err
+
+
+@pytest.mark.parametrize("template", BAD_DSNS)
+def test_the_command_never_shows_an_unparsable_dsns_password(template):
+    """The installed program as a process: whatever the interpreter or a library prints, no password."""
+    dsn = template.format(m=MARKER)
+    done = subprocess.run([sys.executable, "-m", "runledger_beat.cli", "doctor"],
+                          env={"RUNLEDGER_DSN": dsn, "PATH": "/usr/bin:/bin"}, cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    _refused_without_the_password(done.returncode, done.stdout, done.stderr)
+    done = subprocess.run([sys.executable, "-m", "runledger_beat.cli", "--dsn", dsn, "list"], cwd=ROOT,
                           env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
-    assert done.returncode in (1, 2) and marker not in done.stdout + done.stderr, done.stderr
+    assert done.returncode in (1, 2) and MARKER not in done.stdout + done.stderr, done.stderr
 
 
 def test_a_row_nested_900_deep_by_raw_sql_prints_without_a_traceback(capsys, pg_dsn, schema, db, seeded):
