@@ -19,11 +19,9 @@ itself) fires an every-second schedule into the ledger and the queue, read back 
 from __future__ import annotations
 
 import email
-import fcntl
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +29,6 @@ import tarfile
 import textwrap
 import uuid
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -47,6 +44,7 @@ from ..support.dashboard import get
 from ..support.e2e import delete_queue
 from ..support.procs import ROOT, Proc
 from ..support.services import wait_for
+from ..support.shared import once, shared
 from ..support.webproc import free_port
 from ..unit.test_optional_deps import OPTIONAL
 
@@ -88,24 +86,6 @@ def _run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complet
     return done
 
 
-def _shared() -> Path:
-    """The folder this run's test processes share (tests/conftest.py makes it; the parallel workers inherit it)."""
-    return Path(os.environ["RUNLEDGER_TEST_RUN_DIR"])
-
-
-def _once(root: Path, name: str, make: Callable[[Path], None]) -> Path:
-    """``root/name``, made by ``make`` once per run, whichever test process asks first (the others wait)."""
-    target = root / name
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / f"{name}.done").exists():
-            shutil.rmtree(target, ignore_errors=True)  # what a failed attempt left
-            target.mkdir()
-            make(target)
-            (root / f"{name}.done").touch()
-    return target
-
-
 def _build(out: Path) -> None:
     _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], cwd=out)
     _run([sys.executable, "-m", "twine", "check", "--strict", *map(str, out.iterdir())], cwd=out)
@@ -114,7 +94,7 @@ def _build(out: Path) -> None:
 @pytest.fixture(scope="session")
 def dist() -> dict[str, Path]:
     """The sdist and the wheel, built and checked once per run: {"sdist": path, "wheel": path}."""
-    out = _once(_shared(), "dist", _build)
+    out = once(shared(), "dist", _build)
     return {"sdist": next(out.glob("*.tar.gz")), "wheel": next(out.glob("*.whl"))}
 
 
@@ -166,17 +146,17 @@ class Venvs:
 
     def __getitem__(self, name: str) -> Venv:
         every_extra = ",".join(extra for extra in EXTRAS.values() if extra)
-        wheelhouse = _once(self.root, "wheelhouse", lambda folder: _run(
+        wheelhouse = once(self.root, "wheelhouse", lambda folder: _run(
             _pip("download", "--dest", str(folder), f"{self.wheel}[{every_extra}]"), cwd=folder))
-        path = _once(self.root, f"venv-{name}",
-                     lambda folder: _install(folder, EXTRAS[name], self.wheel, wheelhouse))
+        path = once(self.root, f"venv-{name}",
+                    lambda folder: _install(folder, EXTRAS[name], self.wheel, wheelhouse))
         return Venv(path, self.work)
 
 
 @pytest.fixture
 def venvs(dist, tmp_path) -> Venvs:
     """The clean venvs; what a test runs in them runs in a work folder of the test's own, outside the checkout."""
-    root = _shared()
+    root = shared()
     assert not root.is_relative_to(ROOT) and not tmp_path.is_relative_to(ROOT)
     return Venvs(root, dist["wheel"], tmp_path)
 

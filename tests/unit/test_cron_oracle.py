@@ -12,11 +12,13 @@ the parts run side by side in parallel test processes.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
 from datetime import datetime, timedelta, timezone
 from functools import cache, lru_cache
+from pathlib import Path
 from zoneinfo import ZoneInfo, available_timezones
 
 import pytest
@@ -24,6 +26,7 @@ import pytest
 from runledger_beat.timing.cron import Cron
 
 from ..support import debian_oracle as oracle
+from ..support.shared import once, shared
 
 UTC = timezone.utc
 FIRST_YEAR, LAST_YEAR = 2025, 2035
@@ -72,17 +75,30 @@ def zone_transitions(name: str) -> tuple[datetime, ...]:
     return tuple(found)
 
 
-@lru_cache(maxsize=1)
-def dst_zones() -> tuple[str, ...]:
-    """Zones with any offset change 2025-2035 (monthly samples pick candidates, probing confirms)."""
-    out = []
+def _find_dst_zones(folder: Path) -> None:
+    """Zones with any offset change 2025-2035, with their transitions, into ``folder/zones.json`` (monthly samples
+    pick candidates, probing confirms)."""
+    found = {}
     for name in sorted(available_timezones()):
         tz = ZoneInfo(name)
         years = range(FIRST_YEAR, LAST_YEAR + 1)
         samples = {_offset(tz, datetime(y, m, 15, tzinfo=UTC)) for y in years for m in range(1, 13)}
         if len(samples) > 1 and zone_transitions(name):
-            out.append(name)
-    return tuple(out)
+            found[name] = [t.isoformat() for t in zone_transitions(name)]
+    (folder / "zones.json").write_text(json.dumps(found))
+
+
+@lru_cache(maxsize=1)
+def _dst_table() -> dict[str, tuple[datetime, ...]]:
+    """The zones with changes and their transitions, found once per run (the test processes share it)."""
+    folder = once(shared(), f"dst-zones-{FIRST_YEAR}-{LAST_YEAR}", _find_dst_zones)
+    table = json.loads((folder / "zones.json").read_text())
+    return {name: tuple(datetime.fromisoformat(t) for t in times) for name, times in table.items()}
+
+
+def dst_zones() -> tuple[str, ...]:
+    """Zones with any offset change 2025-2035."""
+    return tuple(_dst_table())
 
 
 def _near(rng: random.Random, values: list[int], low: int, high: int) -> int:
@@ -175,7 +191,7 @@ def run_seed(seed: int, zones: tuple[str, ...]) -> tuple[int, int, list[str]]:
     for name in zones:
         rng = random.Random(f"{seed}:{name}")
         tz = ZoneInfo(name)
-        found = zone_transitions(name)
+        found = _dst_table()[name]
         for transition in rng.sample(found, min(TRANSITIONS_PER_ZONE, len(found))):
             line = oracle.timeline(name, transition - HALF_WINDOW, transition + HALF_WINDOW)
             for _ in range(EXPRESSIONS_PER_TRANSITION):
