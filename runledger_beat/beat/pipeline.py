@@ -40,8 +40,9 @@ from .preparing import Preparer
 
 log = logging.getLogger(__name__)
 
-#: Waking a hair after an instant avoids a spin when clocks round down.
-WAKE_MARGIN = 0.002
+#: Waking a hair after an instant avoids a spin when clocks round down. Nothing is early without it: the clock
+#: offset errs late by the claim's return trip (claim.clock_offset).
+WAKE_MARGIN = 0.0005
 #: How soon to look again when due rows are locked by another beat.
 CONTENDED_RETRY = 0.05
 #: Seconds between looks while the retention drops hold preparing back (a run with nothing to drop takes ~20 ms).
