@@ -4,14 +4,19 @@ The daily schedules are written by raw COPY (no API) into a schema of their own:
 minute i mod 1440 of the UTC day (about 694 per minute). A few every-second schedules (6-field cron) run
 beside them. One ``celery beat -S runledger`` then runs for ``--minutes``; a consumer on the queue notes
 when each message arrives. Reported: time from beat's start to its first fire; the every-second fires' lag
-(arrival minus instant) p50/p99/max, apart from those on a minute, which share their instant with that
+(arrival minus instant, from a second after that first fire) p50/p99/max, apart from those on a minute, which share their instant with that
 minute's ~694 daily fires and leave with them (their max is reported beside); whether every daily fire due in
 the window was recorded in the ledger and arrived exactly once; beat's RSS (sampled every few seconds).
+
+``--repeat R`` runs beat R times, one after another, on the same schedules (fires caught up at each start,
+their instants in the gap between runs, are left out); the summary gives each figure's median and min-max.
+First, for ``--baseline-minutes``, the same beat runs with the every-second schedules alone: the same-run
+baseline for the lag and the RSS.
 
 ``--ledger-rows N`` first writes N finished ledger rows (spread over the past days) beside the schedules, for
 the "beside a big ledger" run. ``--keep`` leaves the schema in place (drop it afterwards: it is gigabytes).
 
-    flock /tmp/runledger-heavy.lock .venv/bin/python bench/bench_million.py --minutes 5
+    flock /tmp/runledger-heavy.lock .venv/bin/python bench/bench_million.py --minutes 5 --repeat 3
 """
 
 from __future__ import annotations
@@ -118,20 +123,13 @@ def write_ledger(db, rows: int) -> float:
     return time.monotonic() - began
 
 
-def million(schedules: int = 1_000_000, every_second: int = 3, minutes: float = 5.0, ledger_rows: int = 0,
-            keep: bool = False) -> dict:
-    schema, queue = fresh_schema(), f"benchq_{token()}"
-    declare_queue(queue)
+def one_run(schema: str, queue: str, schedules: int, minutes: float) -> dict:
+    """One beat on ``schema`` for ``minutes``: its figures (see the module docstring)."""
     log = Path(tempfile.mkstemp(prefix="bench-million-", suffix=".log")[1])
-    procs = []
     consumer = NamedArrivals(queue)
+    procs = []
     try:
         with connect(DSN, schema, autocommit=True) as db:
-            ledger_s = write_ledger(db, ledger_rows) if ledger_rows else 0.0
-            began = time.monotonic()
-            now = db.execute("SELECT now() AS t").fetchone()["t"] + timedelta(seconds=5)
-            write_schedules(db, schedules, every_second, now)
-            copy_s = time.monotonic() - began
             offset = db_offset(db)
         consumer.start()
         env = celery_env(BENCH_SCHEMA=schema, BENCH_QUEUE=queue)
@@ -152,12 +150,9 @@ def million(schedules: int = 1_000_000, every_second: int = 3, minutes: float = 
         seen = list(consumer.seen)
         if not seen:
             raise RuntimeError(f"no fires arrived; beat log:\n{log.read_text(errors='replace')[-2000:]}")
-        first_arrival = min(arrived for arrived, _ in seen)
-        # The every-second fires: messages whose instant has a non-zero second or whose instant is in the window
-        # and not on a minute boundary are certainly every-second ones; on a minute, compare with the ledger.
+        # Fires caught up at start (their instant before the window: the gap between runs) are left out.
+        first_arrival = min(arrived for arrived, (_, at) in seen if _instant(at) >= window_start)
         with connect(DSN, schema, autocommit=True) as db:
-            names = {r["id"]: r["name"] for r in db.execute("SELECT id, name FROM job_schedules"
-                                                            " WHERE name LIKE 'e%%'").fetchall()}
             ledger = db.execute(
                 "SELECT count(*) AS n, count(*) FILTER (WHERE status IN ('sent', 'success')) AS sent"
                 "  FROM jobs WHERE stage = 'scheduled' AND scheduled_for >= %s AND scheduled_for < %s"
@@ -166,38 +161,92 @@ def million(schedules: int = 1_000_000, every_second: int = 3, minutes: float = 
         expected = sum(per_slot + (1 if slot < schedules % SLOTS else 0)
                        for slot in range(SLOTS)
                        if window_start <= daily_cursor(slot, window_start - timedelta(microseconds=1)) < window_end)
+        # Lag is judged from a second after beat's first fire: before it, beat is still starting.
+        lag_from = datetime.fromtimestamp(first_arrival + offset + 1.0, timezone.utc)
         lags, shared, daily = [], [], Counter()
         for arrived, (name, at) in seen:
             instant = _instant(at)
             if not window_start <= instant < window_end:
                 continue
             if name.startswith("e"):
+                if instant < lag_from:
+                    continue
                 # On a minute the every-second fire shares its instant with that minute's ~694 daily fires.
-                (shared if instant.second == 0 else lags).append(1000 * (arrived + offset - instant.timestamp()))
+                (shared if instant.second == 0 and schedules else lags).append(
+                    1000 * (arrived + offset - instant.timestamp()))
             else:
                 daily[(name, at)] += 1
-        ms = sorted(lags)
+        ms, together = sorted(lags), sorted(shared)
         return emit({
-            "bench": "million", "schedules": schedules, "every_second": every_second, "minutes": minutes,
-            "ledger_rows": ledger_rows, "ledger_write_s": round(ledger_s, 1), "copy_s": round(copy_s, 1),
+            "bench": "million-run", "schedules": schedules, "minutes": minutes,
             "first_fire_s": round(first_arrival - started, 2),
             "every_second_fires": len(ms),
             "lag_p50_ms": round(statistics.median(ms), 1) if ms else None,
             "lag_p99_ms": round(_percentile(ms, 0.99), 1) if ms else None,
             "lag_max_ms": round(max(ms), 1) if ms else None,
-            "shared_instant_fires": len(shared), "shared_instant_lag_max_ms": round(max(shared), 1) if shared else None,
+            "shared_instant_fires": len(together),
+            "shared_instant_lag_p50_ms": round(statistics.median(together), 1) if together else None,
+            "shared_instant_lag_max_ms": round(max(together), 1) if together else None,
             "daily_expected": expected, "daily_recorded": ledger["n"], "daily_marked_sent": ledger["sent"],
             "daily_arrived": len(daily), "daily_duplicates": sum(c - 1 for c in daily.values() if c > 1),
             "rss_peak_mb": round(max(rss) / 1024, 1), "rss_last_mb": round(rss[-1] / 1024, 1),
-            "rss_first_mb": round(rss[1 if len(rss) > 1 else 0] / 1024, 1), "every_second_names": len(names),
+            "rss_first_mb": round(rss[1 if len(rss) > 1 else 0] / 1024, 1),
         })
     finally:
         consumer.stopping.set()
         stop(procs)
         log.unlink(missing_ok=True)
+
+
+def _spread(runs: list[dict], key: str) -> list | None:
+    """[median, min, max] of ``key`` over the runs."""
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return [round(statistics.median(values), 2), min(values), max(values)] if values else None
+
+
+def million(schedules: int = 1_000_000, every_second: int = 3, minutes: float = 5.0, ledger_rows: int = 0,
+            keep: bool = False, repeat: int = 1, baseline_minutes: float = 1.0) -> dict:
+    """The baseline (the every-second schedules alone, for ``baseline_minutes``), then ``repeat`` runs of one
+    beat beside the written schedules, one after another on the same schema; medians and ranges."""
+    baseline = None
+    if baseline_minutes > 0:
+        schema, queue = fresh_schema(), f"benchq_{token()}"
+        declare_queue(queue)
+        try:
+            with connect(DSN, schema, autocommit=True) as db:
+                write_schedules(db, 0, every_second, db.execute("SELECT now() AS t").fetchone()["t"])
+            baseline = one_run(schema, queue, 0, baseline_minutes)
+        finally:
+            delete_queue(queue)
+            drop_schema(schema)
+    schema, queue = fresh_schema(), f"benchq_{token()}"
+    declare_queue(queue)
+    try:
+        with connect(DSN, schema, autocommit=True) as db:
+            ledger_s = write_ledger(db, ledger_rows) if ledger_rows else 0.0
+            began = time.monotonic()
+            now = db.execute("SELECT now() AS t").fetchone()["t"] + timedelta(seconds=5)
+            write_schedules(db, schedules, every_second, now)
+            copy_s = time.monotonic() - began
+        runs = [one_run(schema, queue, schedules, minutes) for _ in range(repeat)]
+    finally:
         delete_queue(queue)
         if not keep:
             drop_schema(schema)
+    keys = ("first_fire_s", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "shared_instant_lag_p50_ms",
+            "shared_instant_lag_max_ms", "rss_first_mb", "rss_peak_mb")
+    return emit({
+        "bench": "million", "schedules": schedules, "every_second": every_second, "minutes": minutes,
+        "runs": len(runs), "ledger_rows": ledger_rows, "ledger_write_s": round(ledger_s, 1), "copy_s": round(copy_s, 1),
+        **{key: _spread(runs, key) for key in keys},
+        "daily_expected": sum(r["daily_expected"] for r in runs),
+        "daily_recorded": sum(r["daily_recorded"] for r in runs),
+        "daily_marked_sent": sum(r["daily_marked_sent"] for r in runs),
+        "daily_arrived": sum(r["daily_arrived"] for r in runs),
+        "daily_duplicates": sum(r["daily_duplicates"] for r in runs),
+        "baseline": baseline and {k: baseline[k] for k in ("every_second_fires", "lag_p50_ms", "lag_p99_ms",
+                                                           "lag_max_ms", "rss_peak_mb", "first_fire_s")},
+    })
 
 
 def main() -> dict:
@@ -207,8 +256,12 @@ def main() -> dict:
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--ledger-rows", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="leave the schema in place (drop it afterwards)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of one beat, one after another, same schema")
+    parser.add_argument("--baseline-minutes", type=float, default=1.0,
+                        help="first, the every-second schedules alone for this long (0: no baseline)")
     args = parser.parse_args()
-    return million(args.schedules, args.every_second, args.minutes, args.ledger_rows, args.keep)
+    return million(args.schedules, args.every_second, args.minutes, args.ledger_rows, args.keep, args.repeat,
+                   args.baseline_minutes)
 
 
 if __name__ == "__main__":
