@@ -140,7 +140,7 @@ class RedisPublisher:
 
         The commands go out packed as RESP (``_pack``) in rounds of at most CHUNK
         commands or CHUNK_BYTES, one write each; a round's replies are read at once
-        (``_replies``) after the next round is written, so Redis runs one round while
+        (``_Replies``) after the next round is written, so Redis runs one round while
         beat packs the next (redis-py's pipeline waits for each round's replies, with
         Python per command).
         """
@@ -154,6 +154,7 @@ class RedisPublisher:
         except Exception as exc:
             return sent, [(o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing], exc
         in_flight: list[tuple[int, int, int]] = []  # (first fire, past the last, commands) written, not answered
+        replies_of = _Replies(conn, ResponseError)
         try:
             start = 0
             while start < len(outgoing) or in_flight:
@@ -166,7 +167,7 @@ class RedisPublisher:
                         if len(in_flight) < IN_FLIGHT and start < len(outgoing):
                             continue
                     first, last, commands = in_flight[0]
-                    replies = iter(_replies(conn, commands, ResponseError))
+                    replies = iter(replies_of.take(commands))
                     in_flight.pop(0)
                 except Exception as exc:  # the connection: nothing unanswered is known to be queued
                     conn.disconnect()
@@ -210,26 +211,37 @@ def _connection(pool: Any) -> Any:
         return pool.get_connection("LPUSH")
 
 
-def _replies(conn: Any, n: int, refused: type[Exception]) -> list[Any]:
-    """The ``n`` replies to a round of LPUSH commands: an integer or an error each, so one line each.
+class _Replies:
+    """The replies to rounds of LPUSH commands, in order: an integer or an error each, so one line each.
 
-    Read from the socket in a few large reads and counted by their line ends (a reply to LPUSH never spans
-    lines, and a count is never negative, so a '-' can only start an error); redis-py's parser, one reply per
-    call, is kept for a connection whose socket is not at hand.
+    Read from the socket in large reads and counted by their line ends (a reply to LPUSH never spans lines, and
+    a count is never negative, so a '-' can only start an error). With rounds in flight, a read may bring the
+    start of the next round's replies: it stays here for that round. redis-py's parser, one reply per call, is
+    kept for a connection whose socket is not at hand.
     """
-    sock = getattr(conn, "_sock", None)
-    if sock is None:
-        return [_reply(conn, refused) for _ in range(n)]
-    buffer = bytearray()
-    while buffer.count(b"\r\n") < n:
-        data = sock.recv(1 << 16)
-        if not data:
-            raise ConnectionError("Redis closed the connection")
-        buffer += data
-    if b"-" not in buffer:
-        return [None] * n
-    return [refused(line[1:].decode(errors="replace")) if line.startswith(b"-") else None
-            for line in bytes(buffer).split(b"\r\n")[:n]]
+
+    def __init__(self, conn: Any, refused: type[Exception]) -> None:
+        self.conn, self.refused = conn, refused
+        self.sock = getattr(conn, "_sock", None)
+        self.buffer = bytearray()
+
+    def take(self, n: int) -> list[Any]:
+        """The next ``n`` replies: None for each LPUSH done, the error for each refused."""
+        if self.sock is None:
+            return [_reply(self.conn, self.refused) for _ in range(n)]
+        while self.buffer.count(b"\r\n") < n:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("Redis closed the connection")
+            self.buffer += data
+        data = bytes(self.buffer)
+        lines = data.split(b"\r\n", n)
+        rest = lines.pop()  # past the n-th reply: the next round's
+        self.buffer = bytearray(rest)
+        if data.find(b"-", 0, len(data) - len(rest)) < 0:
+            return [None] * n
+        return [self.refused(line[1:].decode(errors="replace")) if line.startswith(b"-") else None
+                for line in lines]
 
 
 def _reply(conn: Any, refused: type[Exception]) -> Any:

@@ -13,6 +13,7 @@ import pytest
 import redis
 from celery import Celery
 
+from runledger_beat.publish import redis as redis_publisher
 from runledger_beat.publish.amqp import CONFIRM_TIMEOUT
 from runledger_beat.publish.dispatcher import Dispatcher
 from runledger_beat.publish.fires import Fire, Outgoing
@@ -131,6 +132,24 @@ def test_a_command_redis_refuses_fails_that_fire_alone(redis_url, queues):
     assert sorted(result.sent) == sorted([fires[0].id, fires[2].id]) and result.error is None
     assert [f.id for f, _ in result.failed] == [fires[1].id] and "WRONGTYPE" in result.failed[0][1]
     assert client.llen(main) == 2
+
+
+def test_rounds_in_flight_each_get_their_own_replies(redis_url, queues, monkeypatch):
+    """Small rounds, two in flight: a socket read that brings the next round's replies keeps them for that round,
+    and a refusal in the middle fails its fire alone (the fires on either side, in other rounds, go out)."""
+    main, other = queues
+    monkeypatch.setattr(redis_publisher, "CHUNK", 7)
+    redis.Redis.from_url(redis_url).set(other, "not a list")
+    fires = [_fire(f"f{i}", {"queue": other} if i == 1000 else None) for i in range(2001)]
+    dispatcher = Dispatcher(_app(redis_url, main), fast=True)
+    try:
+        result = _publish(dispatcher, dispatcher.prepare(fires))
+    finally:
+        dispatcher.close()
+    assert result.error is None and [f.id for f, _ in result.failed] == [fires[1000].id]
+    assert sorted(result.sent) == sorted(f.id for i, f in enumerate(fires) if i != 1000)
+    assert {json.loads(raw)["headers"]["id"] for raw in redis.Redis.from_url(redis_url).lrange(main, 0, -1)} == {
+        str(f.id) for i, f in enumerate(fires) if i != 1000}
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["fast path", "celery producer"])
