@@ -4,9 +4,10 @@ The daily schedules are written by raw COPY (no API) into a schema of their own:
 minute i mod 1440 of the UTC day (about 694 per minute). A few every-second schedules (6-field cron) run
 beside them. One ``celery beat -S runledger`` then runs for ``--minutes``; a consumer on the queue notes
 when each message arrives. Reported: time from beat's start to its first fire; the every-second fires' lag
-(arrival minus instant, from a second after that first fire) p50/p99/max, apart from those on a minute, which share their instant with that
-minute's ~694 daily fires and leave with them (their max is reported beside); whether every daily fire due in
-the window was recorded in the ledger and arrived exactly once; beat's RSS (sampled every few seconds).
+(arrival minus instant, from a second after that first fire) p50/p99/max, apart from those on a minute, which
+share their instant with that minute's ~694 daily fires and leave with them (their p50 and max are reported
+beside); whether every daily fire due in the window was recorded in the ledger and arrived exactly once; beat's
+RSS (sampled every few seconds).
 
 ``--repeat R`` runs beat R times, one after another, on the same schedules (fires caught up at each start,
 their instants in the gap between runs, are left out); the summary gives each figure's median and min-max.

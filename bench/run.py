@@ -165,7 +165,7 @@ def collect(args: argparse.Namespace) -> dict:
 
 
 def _burst(out: dict, n: int, beats: int) -> dict | None:
-    return next((r for r in out["burst"] if r["n"] == n and r["beats"] == beats), None)
+    return next((r for r in out.get("burst", []) if r["n"] == n and r["beats"] == beats), None)
 
 
 def _limit(out: dict, what: str) -> float:
