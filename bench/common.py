@@ -112,7 +112,9 @@ class Watch(threading.Thread):
         while time.time() < self.deadline:
             self.last = self.probe()
             if self.last >= self.target:
-                self.reached = time.time()
+                # A probe that reads its server's clock with the state tells when the server saw it (local time);
+                # the others, when the answer arrived here.
+                self.reached = getattr(self.probe, "observed", None) or time.time()
                 return
             time.sleep(self.interval)
 
@@ -162,21 +164,29 @@ class RedisDepthProbe:
 
 
 class LedgerProbe:
-    """Ledger rows committed, at the cost of one indexed look until any row is visible.
+    """Ledger rows committed, at the cost of one index look until any row is visible.
 
     A burst's rows commit in one transaction, so polling ``count(*)`` over the growing
     table every few milliseconds (a core's work at 100k rows, on a machine of two)
-    would be charged to beat. Each look runs in one REPEATABLE READ snapshot: an
-    ``EXISTS`` first, and only when a row is visible the count, of that same snapshot.
+    would be charged to beat. Each look runs in one REPEATABLE READ snapshot: whether
+    ``schedule_id`` (one of the burst's schedules) has a row, by its index (a look over
+    the whole table would step over every row still uncommitted), and only when it has,
+    the count, of that same snapshot.
     """
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, schedule_id: uuid.UUID, offset: float) -> None:
         self.conn = connect(DSN, schema)
         self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        self.schedule_id, self.offset = schedule_id, offset
+        self.observed: float | None = None  # local time by the server's clock, just after the snapshot was taken
 
     def __call__(self) -> int:
         try:
-            if not self.conn.execute("SELECT EXISTS (SELECT 1 FROM jobs) AS e").fetchone()["e"]:
+            look = self.conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS t,"
+                                     " EXISTS (SELECT 1 FROM jobs WHERE schedule_id = %s) AS e",
+                                     (self.schedule_id,)).fetchone()
+            self.observed = look["t"] - self.offset
+            if not look["e"]:
                 return 0
             return self.conn.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"]
         finally:
