@@ -36,6 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
         # tests start would ignore the Ctrl-C they send it. With a handler here, those processes start with the
         # default again.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    workers = getattr(config, "workerinput", {}).get("workercount", 0)
+    if workers > 1:
+        config.pluginmanager.register(_SpreadSlow(workers), "runledger-spread-slow")
     if not hasattr(config, "workerinput") and _RUN_DIR not in os.environ:
         os.environ[_RUN_DIR] = tempfile.mkdtemp(prefix="runledger-run-")
         _made_run_dir.append(os.environ[_RUN_DIR])
@@ -55,12 +58,16 @@ def pg_dsn():
 
 @pytest.fixture
 def schema(pg_dsn: str):
-    """A migrated schema of its own for each test, dropped afterwards."""
+    """A migrated schema of its own for each test, dropped afterwards. Its DDL commits without waiting for the disk
+    (``synchronous_commit = off``: what a crash of the test server could lose, nobody needs)."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    with connect(pg_dsn, "public", autocommit=False) as conn:
+    with connect(pg_dsn, "public", autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = off")
+        conn.autocommit = False
         migrate(conn, name)
     yield name
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = off")
         drop_schema(conn, name)
 
 
@@ -132,3 +139,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 #: The tier folders whose tests get a marker of the folder's name (subfolders included).
 TIERS = ("db", "e2e", "browser")
+
+
+class _SpreadSlow:
+    """Orders each test process's collection with spread_slow, after -m has deselected."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        items[:] = spread_slow(items, self.workers)
+
+
+def spread_slow(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The long scenarios (marker ``slow``, mostly waiting out outages and windows) dealt to each process's share,
+    longest first (``slow(seconds=N)``, else 20), and spaced evenly within it: each starts one at once and the
+    others as its share goes, so their waits overlap the short tests' work instead of forming a tail at the end.
+
+    pytest-xdist's work stealing hands process k the k-th of ``workers`` contiguous shares at start (then idle
+    processes take half of the longest queue); every process collects, and orders, the same way.
+    """
+    slow = sorted((i for i in items if i.get_closest_marker("slow")),
+                  key=lambda i: -i.get_closest_marker("slow").kwargs.get("seconds", 20))
+    rest = iter([i for i in items if not i.get_closest_marker("slow")])
+    ordered, left = [], len(items)
+    for k in range(workers):
+        size = left // (workers - k)
+        left -= size
+        dealt = slow[k::workers]
+        if len(dealt) > size:
+            return items  # too few tests to share out: as collected
+        at = {j * size // len(dealt): item for j, item in enumerate(dealt)} if dealt else {}
+        ordered += [at[index] if index in at else next(rest) for index in range(size)]
+    return ordered

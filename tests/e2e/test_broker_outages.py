@@ -23,7 +23,7 @@ from ..support.procs import start_beat
 from ..support.rows import insert_schedule
 from ..support.services import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=35)
 
 SCHEDULES = 3
 OUTAGE = 10  # seconds the broker stays away

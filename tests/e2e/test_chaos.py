@@ -14,7 +14,7 @@ import pytest
 from bench.chaos import KINDS, parser, soak
 from bench.chaos_check import markdown
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=85)
 
 SHORT = ["--minutes", "1", "--beats", "2", "--workers", "1", "--concurrency", "3", "--every-second", "3",
          "--every-minute", "3", "--burst", "200", "--once", "--failover-last", "--gap", "2", "3",
