@@ -285,7 +285,7 @@ def test_a_migration_gets_its_locks_while_a_beat_holds_instants_prepared(pg_dsn,
             try:
                 wait_for(lambda: count(db, fired, sid) >= 1, timeout=30, message="the beat to fire")
                 with connect(pg_dsn, "public", autocommit=True) as conn:
-                    assert migrate(conn, schema, give_up_after=5.0) == [n for v, n, _ in migration_files() if v > 6]
+                    assert migrate(conn, schema, give_up_after=15.0) == [n for v, n, _ in migration_files() if v > 6]
                 done_at = db.execute("SELECT now() AS t").fetchone()["t"]
                 wait_for(lambda: count(db, fired + " AND scheduled_for > %s", sid, done_at) >= 1, timeout=30,
                          message="a fire after the migration")
