@@ -18,11 +18,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
+import psycopg
 import pytest
 
 from runledger_beat import api, cli, spec
+from runledger_beat.db import connect, drop_schema, migrate
 from runledger_beat.errors import ScheduleError
 
 from ..support.procs import ROOT
@@ -34,12 +38,31 @@ FORGED = [("\x00", "NUL"), ("\ud800", "lone surrogate"), ("\udcff", "lone surrog
           ("\u00ad", "U+00AD")]
 
 
-@pytest.fixture
-def seeded(db, schema):
+def _seed(db, schema: str) -> dict:
+    """A schedule, a calendar and a manual run; returns every row."""
     api.create(db, "kept", "proj.kept", every="1h", kwargs={"user": "ada"}, schema=schema)
     api.add_calendar(db, "holidays", "2026-12-25", schema=schema)
     api.trigger(db, "kept", schema=schema)
     return snapshot(db)
+
+
+@pytest.fixture
+def seeded(db, schema):
+    return _seed(db, schema)
+
+
+@pytest.fixture(scope="module")
+def kept(pg_dsn):
+    """One seeded schema for the cases below whose input is all refused: each checks that every row is as it was,
+    so they share it (a migration per case would cost more than the cases)."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with connect(pg_dsn, "public") as conn:
+        migrate(conn, name)
+    db = connect(pg_dsn, name, autocommit=True)
+    yield SimpleNamespace(db=db, schema=name, rows=_seed(db, name))
+    db.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        drop_schema(admin, name)
 
 
 def _refused(call, field: str, words: str) -> None:
@@ -49,7 +72,8 @@ def _refused(call, field: str, words: str) -> None:
 
 
 @pytest.mark.parametrize("char,words", FORGED, ids=[f"U+{ord(c):04X}" for c, _ in FORGED])
-def test_api_refuses_forged_characters(db, schema, seeded, char, words):
+def test_api_refuses_forged_characters(kept, char, words):
+    db, schema, seeded = kept.db, kept.schema, kept.rows
     bad = f"a{char}b"
     create = {"every": "1m", "schema": schema}
     attempts = [
@@ -247,10 +271,10 @@ OUT_OF_RANGE = [
 
 
 @pytest.mark.parametrize("argv,option", OUT_OF_RANGE, ids=[" ".join(a)[:50] for a, _ in OUT_OF_RANGE])
-def test_cli_numeric_options_out_of_range_exit_2(capsys, pg_dsn, schema, db, seeded, argv, option):
-    code, out, err = run(capsys, pg_dsn, schema, *argv)
+def test_cli_numeric_options_out_of_range_exit_2(capsys, pg_dsn, kept, argv, option):
+    code, out, err = run(capsys, pg_dsn, kept.schema, *argv)
     assert code == 2 and option in err and "Traceback" not in err, (code, err[-500:])
-    assert snapshot(db) == seeded
+    assert snapshot(kept.db) == kept.rows
 
 
 def test_cli_numeric_options_at_their_bounds_work(capsys, pg_dsn, schema, db, seeded):
