@@ -206,7 +206,7 @@ class Soak:
                 if self.args.failover_last and "failover" in queue:
                     queue.remove("failover")
                     queue.append("failover")
-            if _now() >= quiet:
+            if _now() >= quiet and not self.args.once:
                 break
             self.faults.append(self.inject(queue.pop(0)))
             if self.args.once and not queue:
@@ -293,7 +293,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--every-minute", type=int, default=5, help="every-minute schedules")
     p.add_argument("--burst", type=int, default=1000, help="schedules due at second 15 of each minute")
     p.add_argument("--kinds", default=",".join(KINDS), help="fault kinds, comma-separated")
-    p.add_argument("--once", action="store_true", help="each fault kind once, then only fire until the end")
+    p.add_argument("--once", action="store_true",
+                   help="each fault kind once, however long the faults take (the end moves to --tail past the last"
+                        " one's recovery), then only fire until the end")
     p.add_argument("--failover-last", action="store_true", help="the failover last in each round")
     p.add_argument("--gap", type=float, nargs=2, default=(20, 40), help="seconds between faults (min max)")
     p.add_argument("--stop-seconds", type=float, default=20, help="how long a beat stays SIGSTOPped")
