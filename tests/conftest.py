@@ -12,6 +12,8 @@ import shutil
 import signal
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -56,19 +58,36 @@ def pg_dsn():
         yield dsn
 
 
-@pytest.fixture
-def schema(pg_dsn: str):
-    """A migrated schema of its own for each test, dropped afterwards. Its DDL commits without waiting for the disk
+@contextmanager
+def migrated_schema(pg_dsn: str) -> Iterator[str]:
+    """A new migrated schema, dropped on leaving. Its DDL commits without waiting for the disk
     (``synchronous_commit = off``: what a crash of the test server could lose, nobody needs)."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     with connect(pg_dsn, "public", autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
         conn.autocommit = False
         migrate(conn, name)
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("SET synchronous_commit = off")
-        drop_schema(conn, name)
+    try:
+        yield name
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = off")
+            drop_schema(conn, name)
+
+
+@pytest.fixture
+def schema(pg_dsn: str):
+    """A migrated schema of its own for each test, dropped afterwards."""
+    with migrated_schema(pg_dsn) as name:
+        yield name
+
+
+@pytest.fixture(scope="module")
+def module_schema(pg_dsn: str):
+    """One migrated schema for a module's tests that leave it as they found it (each asserts it did): a migration
+    per test would cost more than the tests."""
+    with migrated_schema(pg_dsn) as name:
+        yield name
 
 
 @pytest.fixture

@@ -93,17 +93,10 @@ GOOD_OPTIONS = [
 
 
 @pytest.fixture(scope="module")
-def refusing_db(pg_dsn):
-    """One migrated schema for the tests below whose every INSERT is refused: a refused row leaves nothing behind,
-    so they share it (a migration per case would cost more than all the cases)."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with connect(pg_dsn, "public") as conn:
-        migrate(conn, name)
-    conn = connect(pg_dsn, name, autocommit=True)
-    yield conn
-    conn.close()
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        drop_schema(admin, name)
+def refusing_db(pg_dsn, module_schema):
+    """The module's schema for the tests below, whose every INSERT is refused: a refused row leaves nothing."""
+    with connect(pg_dsn, module_schema, autocommit=True) as conn:
+        yield conn
 
 
 @pytest.mark.parametrize(("constraint", "columns"), BAD_COLUMNS,

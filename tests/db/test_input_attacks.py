@@ -18,15 +18,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
-import psycopg
 import pytest
 
 from runledger_beat import api, cli, spec
-from runledger_beat.db import connect, drop_schema, migrate
+from runledger_beat.db import connect
 from runledger_beat.errors import ScheduleError
 
 from ..support.procs import ROOT
@@ -52,17 +50,11 @@ def seeded(db, schema):
 
 
 @pytest.fixture(scope="module")
-def kept(pg_dsn):
-    """One seeded schema for the cases below whose input is all refused: each checks that every row is as it was,
-    so they share it (a migration per case would cost more than the cases)."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with connect(pg_dsn, "public") as conn:
-        migrate(conn, name)
-    db = connect(pg_dsn, name, autocommit=True)
-    yield SimpleNamespace(db=db, schema=name, rows=_seed(db, name))
-    db.close()
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        drop_schema(admin, name)
+def kept(pg_dsn, module_schema):
+    """The module's schema, seeded, for the cases below whose input is all refused: each checks that every row is
+    as it was."""
+    with connect(pg_dsn, module_schema, autocommit=True) as db:
+        yield SimpleNamespace(db=db, schema=module_schema, rows=_seed(db, module_schema))
 
 
 def _refused(call, field: str, words: str) -> None:
