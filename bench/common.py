@@ -196,20 +196,6 @@ class LedgerProbe:
         self.conn.close()
 
 
-class CountProbe:
-    """A SQL count on its own autocommit connection."""
-
-    def __init__(self, schema: str, query: str) -> None:
-        self.conn = connect(DSN, schema, autocommit=True)
-        self.query = query
-
-    def __call__(self) -> int:
-        return self.conn.execute(self.query).fetchone()["n"]
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 # -- processes ------------------------------------------------------------------
 
 def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
