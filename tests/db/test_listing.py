@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from contextlib import contextmanager
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from runledger_beat import api
 from runledger_beat.db import connect, migrate, queries
@@ -18,7 +16,7 @@ from runledger_beat.errors import ScheduleError
 from runledger_beat.ops.listing import EXACT_COUNT_BELOW, next_fires, schedule_count, schedule_page
 from runledger_beat.ops.stats import stats_page
 
-from ..support.services import with_database
+from ..support.services import session_database
 
 ODD_NAMES = ["Zeta", "a b", "ü-name", "x%y", "x_y", "under_score", "UPPER/lower", "0-first", "~tilde"]
 
@@ -91,49 +89,41 @@ def test_search_matches_a_substring_of_name_or_task_case_insensitively(db):
     assert len(schedule_page(db, q="   ").rows) == 7  # a blank search is no search
 
 
-@contextmanager
-def database_without_trgm(pg_dsn: str):
+def database_without_trgm(pg_dsn: str) -> str:
     """A fresh database where CREATE EXTENSION is refused (as where pg_trgm is not installed or not allowed)."""
-    name = f"rl_notrgm_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
-    dsn = with_database(pg_dsn, name)
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE FUNCTION refuse_extension() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN "
-                         "RAISE insufficient_privilege USING MESSAGE = 'extensions are not allowed here'; END $$")
-            conn.execute("CREATE EVENT TRIGGER refuse_extension ON ddl_command_start WHEN TAG IN ('CREATE EXTENSION')"
-                         " EXECUTE FUNCTION refuse_extension()")
-        yield dsn
-    finally:
-        with psycopg.connect(pg_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    dsn = session_database(pg_dsn, "notrgm")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION refuse_extension() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN "
+                     "RAISE insufficient_privilege USING MESSAGE = 'extensions are not allowed here'; END $$")
+        conn.execute("CREATE EVENT TRIGGER refuse_extension ON ddl_command_start WHEN TAG IN ('CREATE EXTENSION')"
+                     " EXECUTE FUNCTION refuse_extension()")
+    return dsn
 
 
 def test_without_pg_trgm_the_migration_builds_prefix_indexes_and_search_matches_prefixes(pg_dsn):
-    with database_without_trgm(pg_dsn) as dsn:
-        with connect(dsn, "public", autocommit=False) as conn:
-            migrate(conn, "runledger")
-        with connect(dsn, "runledger", autocommit=True) as db:
-            indexes = {r["indexname"] for r in db.execute(
-                "SELECT indexname FROM pg_indexes WHERE schemaname = 'runledger' AND tablename = 'job_schedules'")}
-            assert {"job_schedules_name_prefix_idx", "job_schedules_task_prefix_idx"} <= indexes
-            assert "job_schedules_search_trgm_idx" not in indexes
-            assert db.execute("SELECT count(*) AS n FROM pg_extension WHERE extname = 'pg_trgm'").fetchone()["n"] == 0
-            for name, task in [("billing/daily", "app.report"), ("Billing/weekly", "app.report"),
-                               ("cleanup", "app.purge"), ("nightly-billing", "app.report")]:
-                api.create(db, name, task, every=60)
-            page = schedule_page(db, q="BILL")
-            assert page.mode == "prefix"
-            assert [r["name"] for r in page.rows] == in_order(db, ["Billing/weekly", "billing/daily"])
-            assert [r["name"] for r in schedule_page(db, q="app.pu").rows] == ["cleanup"]
-            assert schedule_page(db, q="daily").rows == []  # not a prefix
-            assert schedule_page(db, q="bill%").rows == []  # the wildcard is literal
-            with db.transaction():
-                db.execute("SET LOCAL enable_seqscan = off")
-                plan = _plan(db, queries.web_schedules_page, {"after": None, "limit": 101, "task": None,
-                                                              "contains": None, "prefix": "bill%"})
-            assert "job_schedules_name_prefix_idx" in plan and "job_schedules_task_prefix_idx" in plan
+    dsn = database_without_trgm(pg_dsn)
+    with connect(dsn, "public", autocommit=False) as conn:
+        migrate(conn, "runledger")
+    with connect(dsn, "runledger", autocommit=True) as db:
+        indexes = {r["indexname"] for r in db.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = 'runledger' AND tablename = 'job_schedules'")}
+        assert {"job_schedules_name_prefix_idx", "job_schedules_task_prefix_idx"} <= indexes
+        assert "job_schedules_search_trgm_idx" not in indexes
+        assert db.execute("SELECT count(*) AS n FROM pg_extension WHERE extname = 'pg_trgm'").fetchone()["n"] == 0
+        for name, task in [("billing/daily", "app.report"), ("Billing/weekly", "app.report"),
+                           ("cleanup", "app.purge"), ("nightly-billing", "app.report")]:
+            api.create(db, name, task, every=60)
+        page = schedule_page(db, q="BILL")
+        assert page.mode == "prefix"
+        assert [r["name"] for r in page.rows] == in_order(db, ["Billing/weekly", "billing/daily"])
+        assert [r["name"] for r in schedule_page(db, q="app.pu").rows] == ["cleanup"]
+        assert schedule_page(db, q="daily").rows == []  # not a prefix
+        assert schedule_page(db, q="bill%").rows == []  # the wildcard is literal
+        with db.transaction():
+            db.execute("SET LOCAL enable_seqscan = off")
+            plan = _plan(db, queries.web_schedules_page, {"after": None, "limit": 101, "task": None,
+                                                          "contains": None, "prefix": "bill%"})
+        assert "job_schedules_name_prefix_idx" in plan and "job_schedules_task_prefix_idx" in plan
 
 
 class Counting(psycopg.Cursor):

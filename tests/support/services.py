@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -88,17 +89,18 @@ def own_database(dsn: str) -> Iterator[str]:
 
     Each test creates and drops schemas; on a server without autovacuum the shared database's catalogs fill
     with dead rows and every later migration slows down. A fresh database starts with clean catalogs.
-    Databases left by sessions whose process is gone are dropped too. Without CREATEDB the given
-    database is used as it is.
+    Databases left by sessions whose process is gone are dropped too, and those a test made with
+    ``session_database`` (dropped with this one). Without CREATEDB the given database is used as it is.
     """
     name = f"runledger_test_{os.getpid()}"
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for (stale,) in conn.execute(
-                    "SELECT datname FROM pg_database WHERE datname ~ '^runledger_test_[0-9]+$'").fetchall():
-                if stale == name:  # a process of the same pid before this one left it
+                    "SELECT datname FROM pg_database WHERE datname ~ '^runledger_test_[0-9]+(_|$)'").fetchall():
+                pid = int(stale.split("_")[2])
+                if pid == os.getpid():  # a process of the same pid before this one left it
                     conn.execute(psycopg.sql.SQL("DROP DATABASE {} WITH (FORCE)").format(psycopg.sql.Identifier(stale)))
-                elif not _alive(int(stale.rsplit("_", 1)[1])):
+                elif not _alive(pid):
                     _drop_in_background(dsn, stale)
             conn.execute(psycopg.sql.SQL("CREATE DATABASE {} TEMPLATE template0")
                          .format(psycopg.sql.Identifier(name)))
@@ -108,7 +110,24 @@ def own_database(dsn: str) -> Iterator[str]:
     try:
         yield with_database(dsn, name)
     finally:
-        _drop_in_background(dsn, name)
+        for made in (*_session_databases, name):
+            _drop_in_background(dsn, made)
+        _session_databases.clear()
+
+
+#: Databases made by tests of this session, dropped with the session's own (see session_database).
+_session_databases: list[str] = []
+
+
+def session_database(dsn: str, label: str) -> str:
+    """A new database for one test (named after this process and ``label``); returns its DSN. It is dropped with
+    the session's own database, not by the test: a DROP DATABASE forces a checkpoint that syncs every file the
+    running tests wrote, seconds of disk that would stall every other test's commits."""
+    name = f"runledger_test_{os.getpid()}_{label}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(psycopg.sql.Identifier(name)))
+    _session_databases.append(name)
+    return with_database(dsn, name)
 
 
 def _drop_in_background(dsn: str, name: str) -> None:
