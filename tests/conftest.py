@@ -171,10 +171,15 @@ class _SpreadSlow:
         items[:] = spread_slow(items, self.workers)
 
 
+#: Short tests each process runs before its first long scenario, times the process's number (see spread_slow).
+STAGGER = 4
+
+
 def spread_slow(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
     """The long scenarios (marker ``slow``, mostly waiting out outages and windows) dealt to each process's share,
-    longest first (``slow(seconds=N)``, else 20), and spaced evenly within it: each starts one at once and the
-    others as its share goes, so their waits overlap the short tests' work instead of forming a tail at the end.
+    longest first (``slow(seconds=N)``, else 20), and spaced evenly within it: each starts one early (process k
+    after k * STAGGER short tests) and the others as its share goes, so their waits overlap the short tests' work
+    instead of forming a tail at the end.
 
     pytest-xdist's work stealing hands process k the k-th of ``workers`` contiguous shares at start (then idle
     processes take half of the longest queue); every process collects, and orders, the same way.
@@ -189,6 +194,9 @@ def spread_slow(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
         dealt = slow[k::workers]
         if len(dealt) > size:
             return items  # too few tests to share out: as collected
-        at = {j * size // len(dealt): item for j, item in enumerate(dealt)} if dealt else {}
+        # Process k starts its first scenario after k * STAGGER short tests: the scenarios' starts (private brokers
+        # booting, beats and workers importing Celery) would otherwise all load the machine in the same seconds.
+        first = min(k * STAGGER, size - 1 - (len(dealt) - 1) * size // len(dealt)) if dealt else 0
+        at = {first + j * size // len(dealt): item for j, item in enumerate(dealt)} if dealt else {}
         ordered += [at[index] if index in at else next(rest) for index in range(size)]
     return ordered
