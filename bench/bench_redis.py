@@ -24,7 +24,7 @@ if __package__ in (None, ""):
 import redis  # noqa: E402
 from celery import Celery  # noqa: E402
 
-from bench.common import REDIS, emit  # noqa: E402
+from bench.common import REDIS, RedisDepthProbe, Watch, emit  # noqa: E402
 from runledger_beat.publish.dispatcher import Dispatcher  # noqa: E402
 from runledger_beat.publish.fires import Fire  # noqa: E402
 from runledger_beat.publish.redis import CHUNK  # noqa: E402
@@ -71,6 +71,31 @@ def raw_lpush(n: int, size: int) -> float:
             pipe.execute()
         return time.perf_counter() - began
     finally:
+        client.delete(queue)
+
+
+def watched_lpush(n: int, size: int, every: float = 0.0005) -> float:
+    """Seconds from the first of N pipelined LPUSH (as ``raw_lpush``) until a watcher polling the list's length
+    every ``every`` s sees all N: the instrument that times a Redis burst (bench_burst), so the two are timed alike,
+    as the RabbitMQ ceiling and its bursts are (a watcher's polls cost the pusher CPU on a small machine)."""
+    client, queue = redis.Redis.from_url(REDIS), f"bench_raw_{uuid.uuid4().hex[:8]}"
+    payloads = [("x" * (size - 8) + f"{i:08d}") for i in range(n)]
+    depth = RedisDepthProbe(queue)
+    try:
+        began = time.time()
+        watch = Watch(depth, n, began, began + 60, every)
+        watch.start()
+        for start in range(0, n, CHUNK):
+            pipe = client.pipeline(transaction=False)
+            for payload in payloads[start:start + CHUNK]:
+                pipe.lpush(queue, payload)
+            pipe.execute()
+        watch.join()
+        if watch.reached is None:
+            raise RuntimeError(f"only {watch.last} of {n} payloads reached {queue}")
+        return watch.reached - began
+    finally:
+        depth.close()
         client.delete(queue)
 
 

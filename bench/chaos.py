@@ -35,6 +35,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
 
 from bench.chaos_check import check, markdown  # noqa: E402
 from bench.chaosapp import RECORD_DDL  # noqa: E402
@@ -96,11 +97,14 @@ class Soak:
     def setup(self) -> None:
         self.pair = ReplicaPair()
         self.rabbit = RabbitNode()
-        name = f"runledger_chaos_{os.getpid()}"
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            conn.execute(f'CREATE DATABASE "{name}"')
-        self.record_dsn = with_database(DSN, name)
+        if self.args.record_dsn:
+            self.record_dsn = self.args.record_dsn
+        else:
+            name = f"runledger_chaos_{os.getpid()}"
+            with psycopg.connect(DSN, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            self.record_dsn = with_database(DSN, name)
         with psycopg.connect(self.record_dsn, autocommit=True) as conn:
             conn.execute(RECORD_DDL)
         with connect(self.pair.dsn, "public") as conn:
@@ -278,9 +282,10 @@ class Soak:
             if thing is not None:
                 with contextlib.suppress(Exception):
                     thing.close()
-        if self.record_dsn:
+        if self.record_dsn and not self.args.record_dsn:
+            name = sql.Identifier(self.record_dsn.rsplit("/", 1)[1])
             with contextlib.suppress(psycopg.Error), psycopg.connect(DSN, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{self.record_dsn.rsplit("/", 1)[1]}" WITH (FORCE)')
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -308,6 +313,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--drain", type=float, default=180, help="seconds to wait for the backlog to execute")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--keep", default="", help="write the run to this JSON file and keep the services")
+    p.add_argument("--record-dsn", default="",
+                   help="an empty database, the caller's, for the workers' record of runs (default: the soak creates"
+                        " one on the shared server and drops it)")
     return p
 
 
