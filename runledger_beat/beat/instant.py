@@ -22,6 +22,7 @@ class Prepared:
     by_id: PackedIds = field(default_factory=PackedIds)  # fires past max_prepared by id (the other publishers)
     overlap: list[Fire] = field(default_factory=list)  # fires (in memory or not) an overlap policy may hold back
     by_id_range: tuple[datetime, datetime] | None = None    # the instants of those kept by id
+    staged: int = 0          # fires handed to the broker ahead of the COMMIT (Preparer._stage), 0: none
 
     @property
     def size(self) -> int:

@@ -106,7 +106,11 @@ class Outbox:
         claims = self.connections.claims
         skipped = skip_overlapping(claims, prepared.overlap)
         cancelled = cancel_overlapped(claims, prepared.overlap)
-        claims.conn.commit()
+        try:
+            claims.conn.commit()
+        except BaseException:
+            self.dispatcher.discard_staged()  # what Preparer.stage handed the broker stays unexecuted
+            raise
         self.after_commit()
         if cancelled:
             revoke_replaced(self.app, cancelled)

@@ -83,6 +83,8 @@ class Preparer:
         """Forget the prepared instant (its transaction rolled back: the fires will be claimed again)."""
         if self.prepared is not None:
             self.prepared.discard()
+            if self.prepared.staged:
+                self.dispatcher.discard_staged()
         self.prepared = None
         self._fires, self._seconds = 0, 0.0
 
@@ -118,8 +120,22 @@ class Preparer:
             if self.dispatcher.in_flight():
                 self.outbox.settle(wait=False)  # mark sent what is confirmed while the next batch is recorded
             if claimed < batch:
+                self._stage()
                 return
         self.claims_left = True  # wake at once to go on (a big instant takes more passes than one run)
+
+    def _stage(self) -> None:
+        """Hand the broker the prepared instant's messages ahead of its COMMIT (on Redis: MULTI and the commands,
+        held unexecuted until the EXEC that follows the COMMIT), so only the EXEC is left on the instant's path.
+        The usual case only: one instant, every fire in memory, no cap. The broker runs them only when the outbox
+        publishes these very fires, after their COMMIT returned; a changed or rolled back instant drops them."""
+        prepared = self.prepared
+        if (prepared is None or prepared.staged == len(prepared.outgoing) or prepared.parked is not None
+                or prepared.by_id or self.outbox.pacer is not None or self.outbox.broker_backoff.failing
+                or self.clock.local(prepared.last) > prepared.commit_at):
+            return
+        if self.dispatcher.stage(prepared.outgoing):
+            prepared.staged = len(prepared.outgoing)
 
     def _record_batch(self, batch: int) -> int:
         """One claim pass; returns how many schedules it claimed."""

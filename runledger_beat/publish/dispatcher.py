@@ -103,6 +103,7 @@ class Dispatcher:
 
     def release(self) -> None:
         """Drop the broker connection (after an error, or at shutdown)."""
+        self.discard_staged()
         self.link.release()
         self.celery.reset()
         self._redis = None
@@ -165,6 +166,22 @@ class Dispatcher:
                 continue
             ready.append(item)
         return ready
+
+    def stage(self, outgoing: Sequence[Outgoing]) -> bool:
+        """Hand the broker a prepared instant's fires ahead of their ledger COMMIT, for send() of the same fires
+        to publish once it returned: on Redis, MULTI and their commands, held unexecuted until EXEC. False where
+        the road has no such step (nothing is written then)."""
+        if self._redis is None or self.publisher() != "redis":
+            return False
+        try:
+            return self._redis.stage(outgoing)
+        except Exception:
+            return False
+
+    def discard_staged(self) -> None:
+        """What ``stage`` wrote is dropped unexecuted (the instant changed, or its COMMIT failed)."""
+        if self._redis is not None:
+            self._redis.discard_staged()
 
     def send(self, outgoing: Sequence[Outgoing]) -> None:
         """Start publishing; on the fast path return once written, confirms read later by collect()."""

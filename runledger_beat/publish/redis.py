@@ -11,9 +11,15 @@ first fires of a kind, ``message_template.RedisTemplate`` makes the same text
 from the kind's captured message. At the instant ``push`` writes them as one
 packed round of CHUNK commands at a time, as a non-transactional pipeline does.
 
+An instant that fits one round is staged (``stage``) once prepared, ahead of
+its COMMIT: MULTI and its commands go to Redis then, held unexecuted, and
+``push`` of those very fires, once the COMMIT returned, sends only EXEC (a beat
+gone before that leaves Redis a closed connection, whose MULTI it drops).
+
 Redis answers every LPUSH, so a fire counts as sent when all its commands
-succeeded; a command Redis refuses fails that fire alone; a lost connection
-fails the rest and the caller backs off. Fires routed through a fanout or
+succeeded; a command Redis refuses fails that fire alone (in a staged round, a
+command refused as it is queued fails them all: Redis aborts the EXEC); a lost
+connection fails the rest and the caller backs off. Fires routed through a fanout or
 topic exchange, or to a queue with an expiry, take Celery's own path.
 """
 
@@ -35,6 +41,8 @@ CHUNK = 1000
 CHUNK_BYTES = 4 << 20
 #: Rounds written before the first of them is answered.
 IN_FLIGHT = 2
+MULTI = b"*1\r\n$5\r\nMULTI\r\n"
+EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 
 
 def supported(conn: Any) -> bool:
@@ -58,6 +66,7 @@ class RedisPublisher:
         self._routes: dict[tuple[str, str], list[str]] = {}
         self._kinds = Kinds()
         self._heads: dict[str, bytes] = {}
+        self._staged: _Staged | None = None
 
     def encode(self, outgoing: Sequence[Outgoing]) -> list[tuple[Fire, str]]:
         """Give each fire its LPUSH commands (``pushes``); returns the fires whose message cannot be built.
@@ -135,6 +144,41 @@ class RedisPublisher:
             self._routes[key] = queues
         return self._routes[key]
 
+    def stage(self, outgoing: Sequence[Outgoing]) -> bool:
+        """Write MULTI and the fires' LPUSH commands now, held unexecuted by Redis until ``push`` of the same
+        fires sends EXEC (or ``discard_staged``): for an instant prepared, ahead of its ledger COMMIT. Only fires
+        all encoded that fit one round; False, with nothing written, otherwise."""
+        self.discard_staged()
+        if not outgoing or any(not item.pushes for item in outgoing):
+            return False
+        end, (packed, commands) = self._round(outgoing, 0)
+        if end < len(outgoing):
+            return False
+        pool = self.channel.client.connection_pool
+        try:
+            conn = _connection(pool)
+        except Exception:
+            return False  # push() meets the error again and reports it
+        if getattr(conn, "_sock", None) is None:  # replies read by redis-py's parser: no staging
+            pool.release(conn)
+            return False
+        try:
+            conn.send_packed_command([MULTI + packed], check_health=False)
+        except Exception:
+            conn.disconnect()
+            pool.release(conn)
+            return False
+        self._staged = _Staged(conn, tuple(outgoing), commands)
+        return True
+
+    def discard_staged(self) -> None:
+        """Drop staged commands unexecuted (their instant changed or rolled back): the connection closes, and Redis
+        drops the MULTI with it."""
+        staged, self._staged = self._staged, None
+        if staged is not None:
+            staged.conn.disconnect()
+            self.channel.client.connection_pool.release(staged.conn)
+
     def push(self, outgoing: Sequence[Outgoing]) -> tuple[list, list[tuple[Fire, str]], BaseException | None]:
         """LPUSH every fire's commands: (ids sent, (fire, reason) refused, connection error or None).
 
@@ -142,10 +186,16 @@ class RedisPublisher:
         commands or CHUNK_BYTES, one write each; a round's replies are read at once
         (``_Replies``) after the next round is written, so Redis runs one round while
         beat packs the next (redis-py's pipeline waits for each round's replies, with
-        Python per command).
+        Python per command). Fires staged by ``stage`` only need EXEC.
         """
         from redis.exceptions import ResponseError  # only on this road: a base install has no redis-py
 
+        staged, self._staged = self._staged, None
+        if staged is not None:
+            if staged.holds(outgoing):
+                return self._execute(staged, ResponseError)
+            self._staged = staged
+            self.discard_staged()
         sent: list = []
         failed: list[tuple[Fire, str]] = []
         pool = self.channel.client.connection_pool
@@ -184,6 +234,36 @@ class RedisPublisher:
             pool.release(conn)
         return sent, failed, None
 
+    def _execute(self, staged: _Staged, refused: type[Exception]) -> tuple[list, list[tuple[Fire, str]],
+                                                                           BaseException | None]:
+        """EXEC a staged round and read its replies: MULTI's OK, a QUEUED (or a refusal) per command, then EXEC's
+        array of LPUSH replies, or its refusal when a command was refused as it was queued."""
+        conn, outgoing = staged.conn, staged.outgoing
+        sent: list = []
+        failed: list[tuple[Fire, str]] = []
+        try:
+            try:
+                conn.send_packed_command([EXEC], check_health=False)
+                replies = _Replies(conn, refused)
+                replies.take(1 + staged.commands)
+                (done,) = replies.lines(1)
+                results = iter(replies.take(staged.commands)) if done.startswith(b"*") else None
+            except Exception as exc:  # the connection: nothing is known to be queued
+                conn.disconnect()
+                return sent, [(o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing], exc
+            if results is None:
+                why = f"ResponseError: {done[1:].decode(errors='replace')}"[:1000]
+                return sent, [(o.fire, why) for o in outgoing], None
+            for item in outgoing:
+                errors = [r for r in (next(results) for _ in item.pushes) if isinstance(r, Exception)]
+                if errors:
+                    failed.append((item.fire, f"{type(errors[0]).__name__}: {errors[0]}"[:1000]))
+                else:
+                    sent.append(item.fire.id)
+        finally:
+            self.channel.client.connection_pool.release(conn)
+        return sent, failed, None
+
     def _round(self, outgoing: Sequence[Outgoing], start: int) -> tuple[int, tuple[bytes, int]]:
         """The fires from ``start`` that fill one round: (past the last, (their packed commands, how many))."""
         packed, end, size = [], start, 0
@@ -211,6 +291,18 @@ def _connection(pool: Any) -> Any:
         return pool.get_connection("LPUSH")
 
 
+class _Staged:
+    """A round written inside MULTI, not yet executed: its connection, its fires and how many commands."""
+
+    def __init__(self, conn: Any, outgoing: tuple[Outgoing, ...], commands: int) -> None:
+        self.conn, self.outgoing, self.commands = conn, outgoing, commands
+
+    def holds(self, outgoing: Sequence[Outgoing]) -> bool:
+        """Whether these are the fires staged, in order."""
+        return len(outgoing) == len(self.outgoing) and all(
+            a is b for a, b in zip(outgoing, self.outgoing, strict=True))
+
+
 class _Replies:
     """The replies to rounds of LPUSH commands, in order: an integer or an error each, so one line each.
 
@@ -229,6 +321,18 @@ class _Replies:
         """The next ``n`` replies: None for each LPUSH done, the error for each refused."""
         if self.sock is None:
             return [_reply(self.conn, self.refused) for _ in range(n)]
+        lines, any_refused = self._lines(n)
+        if not any_refused:
+            return [None] * n
+        return [self.refused(line[1:].decode(errors="replace")) if line.startswith(b"-") else None
+                for line in lines]
+
+    def lines(self, n: int) -> list[bytes]:
+        """The next ``n`` reply lines as they came (without their line ends)."""
+        return self._lines(n)[0]
+
+    def _lines(self, n: int) -> tuple[list[bytes], bool]:
+        """The next ``n`` lines, and whether any is a refusal."""
         while self.buffer.count(b"\r\n") < n:
             data = self.sock.recv(1 << 16)
             if not data:
@@ -238,10 +342,7 @@ class _Replies:
         lines = data.split(b"\r\n", n)
         rest = lines.pop()  # past the n-th reply: the next round's
         self.buffer = bytearray(rest)
-        if data.find(b"-", 0, len(data) - len(rest)) < 0:
-            return [None] * n
-        return [self.refused(line[1:].decode(errors="replace")) if line.startswith(b"-") else None
-                for line in lines]
+        return lines, data.find(b"-", 0, len(data) - len(rest)) >= 0
 
 
 def _reply(conn: Any, refused: type[Exception]) -> Any:

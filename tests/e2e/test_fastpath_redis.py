@@ -152,6 +152,48 @@ def test_rounds_in_flight_each_get_their_own_replies(redis_url, queues, monkeypa
         str(f.id) for i, f in enumerate(fires) if i != 1000}
 
 
+def test_a_staged_round_waits_unexecuted_until_sent_and_a_discarded_one_never_arrives(redis_url, queues):
+    """What a beat does around an instant's COMMIT: staged commands stay out of the queue until send() of the same
+    fires (EXEC), each arriving once; discarded ones never arrive; a command Redis refuses fails its fire alone."""
+    main, other = queues
+    client = redis.Redis.from_url(redis_url)
+    dispatcher = Dispatcher(_app(redis_url, main), fast=True)
+    try:
+        first = dispatcher.prepare([_fire(f"a{i}") for i in range(50)] + [_fire("wrongtype", {"queue": other})])
+        assert dispatcher.stage(first)
+        client.set(other, "not a list")  # between the staging and the EXEC: that LPUSH meets WRONGTYPE
+        time.sleep(0.2)  # what Redis would have done with them by now, were they not held
+        assert client.llen(main) == 0
+        result = _publish(dispatcher, first)
+        assert sorted(result.sent) == sorted(o.fire.id for o in first[:50]) and result.error is None
+        assert [f.id for f, _ in result.failed] == [first[50].fire.id] and "WRONGTYPE" in result.failed[0][1]
+
+        dropped = dispatcher.prepare([_fire(f"d{i}") for i in range(20)])
+        assert dispatcher.stage(dropped)
+        dispatcher.discard_staged()
+        later = dispatcher.prepare([_fire(f"b{i}") for i in range(20)])
+        assert dispatcher.stage(later)
+        other_fires = dispatcher.prepare([_fire(f"c{i}") for i in range(5)])
+        result = _publish(dispatcher, other_fires)  # not what was staged: that is dropped, these go out
+        assert sorted(result.sent) == sorted(o.fire.id for o in other_fires)
+    finally:
+        dispatcher.close()
+    arrived = [json.loads(raw)["headers"]["id"] for raw in client.lrange(main, 0, -1)]
+    assert sorted(arrived) == sorted(str(o.fire.id) for o in first[:50] + other_fires)
+
+
+def test_only_an_instant_of_one_round_is_staged(redis_url, queues, monkeypatch):
+    monkeypatch.setattr(redis_publisher, "CHUNK", 7)
+    dispatcher = Dispatcher(_app(redis_url, queues[0]), fast=True)
+    try:
+        assert dispatcher.stage(dispatcher.prepare([_fire(f"f{i}") for i in range(7)]))
+        assert not dispatcher.stage(dispatcher.prepare([_fire(f"f{i}") for i in range(8)]))
+        assert not dispatcher.stage([Outgoing(_fire("not encoded"))])
+    finally:
+        dispatcher.close()
+    assert redis.Redis.from_url(redis_url).llen(queues[0]) == 0  # nothing staged was ever executed
+
+
 @pytest.mark.parametrize("fast", [True, False], ids=["fast path", "celery producer"])
 def test_a_partitioned_redis_fails_the_publish_within_the_timeout_and_heals(redis_url, queues, fast):
     """Behind a partition (sockets open, nothing relayed) kombu's Redis client would wait for a reply for good,
