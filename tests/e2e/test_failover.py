@@ -23,7 +23,7 @@ from ..support.services import wait_for
 
 # serial: it bounds a time (fires again within RESUME_WITHIN), and under the parallel phase's load one of the two
 # beats of the "stopped" case twice logged nothing after the promotion (it neither lost nor found Postgres).
-pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.clusters]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.disk]
 
 SCHEDULES = 4
 BEFORE = 2  # seconds of fires before the promotion

@@ -98,6 +98,7 @@ def test_cli_lists_and_maintains_the_partitions(db, pg_dsn, schema):
     assert _part(6) in _partitions(db)
 
 
+@pytest.mark.slow(seconds=65)  # a drop that meets a busy lock is tried again a minute later (LEDGER_RETRY)
 def test_a_beat_started_after_weeks_of_downtime_drops_the_old_days_and_fires_into_today(db, pg_dsn, schema,
                                                                                         amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url)
@@ -271,6 +272,7 @@ def test_a_migration_behind_a_long_transaction_lets_writes_through_then_finishes
         assert count(conn, "SELECT count(*) AS n FROM jobs") == 1000 + len(writer.waits)
 
 
+@pytest.mark.slow(seconds=25)
 def test_a_migration_gets_its_locks_while_a_beat_holds_instants_prepared(pg_dsn, amqp_url):
     # With a 5 s lookahead and a fire every 5 s, a beat holds a prepared instant open (its row locks on
     # job_schedules) all but a few milliseconds of each 5 s. A retried step waits for the prepare lock

@@ -101,7 +101,6 @@ def _cli(pg_dsn: str, schema: str, *argv: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.serial
-@pytest.mark.alone
 def test_poison_rows_never_delay_good_schedules(pg_dsn, old_install, amqp_url):
     schema = old_install
     with connect(pg_dsn, schema, autocommit=True) as old:

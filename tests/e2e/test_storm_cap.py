@@ -50,6 +50,7 @@ def _instant(text: str) -> datetime:
 
 
 @pytest.mark.serial
+@pytest.mark.disk  # its 10k-fire instant commits tens of megabytes of WAL at once
 def test_a_capped_instant_is_recorded_at_once_and_published_spread_in_order(db, pg_dsn, schema, amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url, extra={"runledger_max_fires_per_second": CAP})
     consumer = Arrivals(amqp_url, queue)
