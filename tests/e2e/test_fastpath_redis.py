@@ -4,6 +4,7 @@ and a real beat on a Redis broker feeds a real worker through it."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -22,6 +23,7 @@ from runledger_beat.signing import sign
 
 from ..support.e2e import prepare
 from ..support.netcut import Proxy
+from ..support.private import RedisServer
 from ..support.procs import start_beat, start_worker
 from ..support.rows import insert_schedule
 from ..support.services import wait_for
@@ -237,3 +239,56 @@ def test_a_beat_on_redis_feeds_a_worker_through_the_fast_path(db, pg_dsn, schema
         beat.stop()
         worker.stop()
         redis.Redis.from_url(redis_url).delete(queue)
+
+
+def _watch_commands(url: str, seen: list[tuple[float, str, str]], until: threading.Event) -> None:
+    """MONITOR a Redis: (server time, client, command name) of every command as it runs, until ``until`` is set.
+    A command queued inside MULTI runs, and shows, at the EXEC."""
+    with redis.Redis.from_url(url).monitor() as monitor:
+        for entry in monitor.listen():
+            seen.append((float(entry["time"]), f"{entry.get('client_address')}:{entry.get('client_port')}",
+                         entry["command"].split()[0]))
+            if until.is_set():
+                return
+
+
+def test_a_beat_hands_redis_a_small_instant_before_its_commit_and_execs_it_after(db, pg_dsn, schema):
+    """On a Redis of the test's own: an instant of 40 fires goes to Redis inside MULTI once prepared, before the
+    instant, and the EXEC after the COMMIT runs all 40 at once (MONITOR: one client's MULTI before the instant,
+    then its 40 LPUSH back to back and its EXEC), each fire once."""
+    server = RedisServer()
+    seen: list[tuple[float, str, str]] = []
+    done = threading.Event()
+    monitor = threading.Thread(target=_watch_commands, args=(server.url, seen, done), daemon=True)
+    try:
+        client = redis.Redis.from_url(server.url)
+        monitor.start()
+        env, queue = prepare(db, pg_dsn, schema, server.url, extra={"runledger_lookahead": 5})
+        at = db.execute("SELECT date_trunc('second', now()) + interval '8 seconds' AS t").fetchone()["t"]
+        ids = [insert_schedule(db, f"instant-{i:02d}", cron="0 0 1 1 *", next_fire_at=at) for i in range(40)]
+        beat = start_beat(env, "staging-beat")
+        try:
+            wait_for(lambda: client.llen(queue) >= 40, timeout=40, message="the instant's 40 messages")
+            wait_for(lambda: db.execute("SELECT count(*) AS n FROM jobs WHERE status = 'sent'").fetchone()["n"] == 40,
+                     timeout=20, message="the 40 fires marked sent")
+        finally:
+            beat.stop()
+            done.set()
+            client.ping()  # one more command, for the monitor to see the event set
+            monitor.join(10)
+        pushes = [i for i, (_, _, name) in enumerate(seen) if name == "LPUSH"]
+        assert len(pushes) == 40 and pushes == list(range(pushes[0], pushes[0] + 40))
+        beat_client = seen[pushes[0]][1]
+        block = seen[pushes[0]:pushes[-1] + 2]
+        assert [name for _, _, name in block] == ["LPUSH"] * 40 + ["EXEC"]
+        assert {who for _, who, _ in block} == {beat_client}
+        multi = [t for t, who, name in seen[:pushes[0]] if who == beat_client and name == "MULTI"]
+        assert multi and multi[-1] < at.timestamp() <= block[-1][0]  # handed over before the instant, run after
+        assert client.llen(queue) == 40
+        sent = db.execute("SELECT id, schedule_id, sent_at, scheduled_for FROM jobs").fetchall()
+        assert sorted(r["schedule_id"] for r in sent) == sorted(ids)
+        assert all(r["scheduled_for"] == at and r["sent_at"] >= at for r in sent)
+        queued = {json.loads(raw)["headers"]["id"] for raw in client.lrange(queue, 0, -1)}
+        assert queued == {str(r["id"]) for r in sent}
+    finally:
+        server.close()
