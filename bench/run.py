@@ -289,7 +289,9 @@ def tables(out: dict) -> str:
         lines += ["", "The same bursts on Redis (one beat; baseline: pipelined LPUSH of as many equal-size messages, "
                       "timed as the burst is, until a watcher polling the list's length every 0.5 ms sees them all, "
                       "the mean of one measured just before and one just after each run; beside it, the same LPUSH "
-                      "timed by its own clock with no watcher, and LPUSH of 10k timed alike):",
+                      "timed by its own clock with no watcher, and LPUSH of 10k timed alike)"
+                      + (f"; measured {out['redis_measured']} (`bench/run.py --redis`)" if out.get("redis_measured")
+                         else "") + ":",
                   "", "| N | s after the instant (median) | fires/s | runs (min–max s) | ÷ LPUSH of N, timed alike "
                       "| ÷ LPUSH of N, no watcher | ÷ LPUSH of 10k | peak RSS |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -414,7 +416,8 @@ def main() -> None:
     args.limits_n = 10_000
     args.repeat_big = 1 if args.quick else 3
     if args.redis:
-        out = collect_redis(args, {"machine": machine()})
+        out = collect_redis(args, {"machine": machine(), "redis_measured": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                       time.gmtime())})
         results = ROOT / "bench" / "results"
         results.mkdir(exist_ok=True)
         (results / f"redis-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(out, indent=1))
