@@ -25,7 +25,7 @@ topic exchange, or to a queue with an expiry, take Celery's own path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kombu.common import maybe_declare
@@ -224,12 +224,7 @@ class RedisPublisher:
                     unanswered = in_flight[0][0] if in_flight else start
                     failed.extend((o.fire, f"{type(exc).__name__}: {exc}"[:1000]) for o in outgoing[unanswered:])
                     return sent, failed, exc
-                for item in outgoing[first:last]:
-                    errors = [r for r in (next(replies) for _ in item.pushes) if isinstance(r, Exception)]
-                    if errors:
-                        failed.append((item.fire, f"{type(errors[0]).__name__}: {errors[0]}"[:1000]))
-                    else:
-                        sent.append(item.fire.id)
+                _tally(outgoing[first:last], replies, sent, failed)
         finally:
             pool.release(conn)
         return sent, failed, None
@@ -254,12 +249,7 @@ class RedisPublisher:
             if results is None:
                 why = f"ResponseError: {done[1:].decode(errors='replace')}"[:1000]
                 return sent, [(o.fire, why) for o in outgoing], None
-            for item in outgoing:
-                errors = [r for r in (next(results) for _ in item.pushes) if isinstance(r, Exception)]
-                if errors:
-                    failed.append((item.fire, f"{type(errors[0]).__name__}: {errors[0]}"[:1000]))
-                else:
-                    sent.append(item.fire.id)
+            _tally(outgoing, results, sent, failed)
         finally:
             self.channel.client.connection_pool.release(conn)
         return sent, failed, None
@@ -282,6 +272,17 @@ class RedisPublisher:
             head = self._heads[key] = b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%s\r\n" % (len(name), name)
         data = payload.encode() if isinstance(payload, str) else payload
         return b"%s$%d\r\n%s\r\n" % (head, len(data), data)
+
+
+def _tally(items: Sequence[Outgoing], replies: Iterator[Any], sent: list, failed: list[tuple[Fire, str]]) -> None:
+    """Each fire into ``sent`` when every reply to its commands is a success, else into ``failed`` with the first
+    refusal."""
+    for item in items:
+        errors = [r for r in (next(replies) for _ in item.pushes) if isinstance(r, Exception)]
+        if errors:
+            failed.append((item.fire, f"{type(errors[0]).__name__}: {errors[0]}"[:1000]))
+        else:
+            sent.append(item.fire.id)
 
 
 def _connection(pool: Any) -> Any:

@@ -6,9 +6,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from ..support.procs import ROOT
 
 
+@pytest.mark.slow(seconds=15)
 def test_demo_fires_and_summarises():
     out = subprocess.run([sys.executable, "-m", "runledger_beat.demo", "--seconds", "6"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)

@@ -9,12 +9,15 @@ import socket
 import sys
 import urllib.request
 
+import pytest
+
 from ..support.e2e import count, delete_queue, prepare
 from ..support.procs import ROOT, Proc, start_beat, start_worker
 from ..support.rows import insert_schedule
 from ..support.services import missing, wait_for
 
 
+@pytest.mark.slow(seconds=15)
 def test_overlap_skip_never_runs_two_at_once(db, pg_dsn, schema, amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url, hook=True)
     insert_schedule(db, "slow", cron="* * * * * *", overlap="skip", template={"args": ["slow", 3.5], "kwargs": {}},
@@ -35,6 +38,7 @@ def test_overlap_skip_never_runs_two_at_once(db, pg_dsn, schema, amqp_url):
         delete_queue(amqp_url, queue)
 
 
+@pytest.mark.slow(seconds=15)
 def test_duplicate_delivery_after_beat_killed_before_marking_sent_runs_once(db, pg_dsn, schema, amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url, hook=True, extra={"runledger_recovery_grace": 2})
     crash_env = dict(env, RL_EXTRA='{"runledger_recovery_grace": 2}', RL_CRASH_POINT="after_publish")
@@ -69,6 +73,7 @@ def test_duplicate_delivery_after_beat_killed_before_marking_sent_runs_once(db, 
         delete_queue(amqp_url, queue)
 
 
+@pytest.mark.slow(seconds=15)
 def test_worker_killed_mid_task_is_marked_lost_and_skip_schedule_fires_again(db, pg_dsn, schema, amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url, hook=True, extra={"runledger_lost_after": 3})
     sid = insert_schedule(db, "long", cron="* * * * * *", overlap="skip", task="rl.sleepy",

@@ -201,6 +201,7 @@ def test_a_beat_killed_with_fires_recorded_ahead_loses_none(db, pg_dsn, schema, 
     assert row["scheduled_for"] == instant and row["sent_at"] >= instant
 
 
+@pytest.mark.slow(seconds=12)
 def test_a_big_instant_is_prepared_as_long_before_it_as_its_fires_take(db, pg_dsn, schema, amqp_url, queue):
     """runledger_lookahead 0.5 s would leave 2,000 fires to be recorded after their instant; the lookahead
     stretches to their count at the beat's rate (× 1.5, + 0.25 s), so all are prepared before it, and
