@@ -121,6 +121,7 @@ def test_tick_wakes_at_once_on_notify(pg_dsn, schema, db):
         scheduler.close()
 
 
+@pytest.mark.serial  # bounds a time: from the INSERT to the fire's publish, under a second
 def test_running_beat_picks_up_a_new_schedule_within_a_second(db, pg_dsn, schema, amqp_url):
     env, queue = prepare(db, pg_dsn, schema, amqp_url)
     beat = start_beat(env)
