@@ -132,6 +132,7 @@ class Preparer:
         prepared = self.prepared
         if (prepared is None or prepared.staged == len(prepared.outgoing) or prepared.parked is not None
                 or prepared.by_id or self.outbox.pacer is not None or self.outbox.broker_backoff.failing
+                or not self.dispatcher.stages()
                 or any(item.fire.scheduled_for != prepared.last for item in prepared.outgoing)):
             return
         if self.dispatcher.stage(prepared.outgoing):

@@ -167,11 +167,15 @@ class Dispatcher:
             ready.append(item)
         return ready
 
+    def stages(self) -> bool:
+        """Whether the road fires take now can be handed an instant ahead of its COMMIT (``stage``): Redis's."""
+        return self._redis is not None and self.publisher() == "redis"
+
     def stage(self, outgoing: Sequence[Outgoing]) -> bool:
         """Hand the broker a prepared instant's fires ahead of their ledger COMMIT, for send() of the same fires
         to publish once it returned: on Redis, MULTI and their commands, held unexecuted until EXEC. False where
         the road has no such step (nothing is written then)."""
-        if self._redis is None or self.publisher() != "redis":
+        if not self.stages():
             return False
         try:
             return self._redis.stage(outgoing)

@@ -149,8 +149,8 @@ class RedisPublisher:
         fires sends EXEC (or ``discard_staged``): for an instant prepared, ahead of its ledger COMMIT. Only fires
         all encoded that fit one round; False, with nothing written, otherwise."""
         self.discard_staged()
-        if not outgoing or any(not item.pushes for item in outgoing):
-            return False
+        if not outgoing or len(outgoing) > CHUNK or any(not item.pushes for item in outgoing):
+            return False  # (past CHUNK fires no round holds them all: known before packing any)
         end, (packed, commands) = self._round(outgoing, 0)
         if end < len(outgoing):
             return False
